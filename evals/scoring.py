@@ -197,11 +197,13 @@ def _to_int(text: str) -> int | None:
 
 
 def _decimals(value: float) -> int:
+    """Characters after the "." of ``str(value)``, 3 without one (upstream ``get_precision``)."""
     text = str(value)
     return len(text.split(".")[-1]) if "." in text else 3
 
 
 def _floats_match(gt: float, pred: float) -> bool:
+    """Upstream ``is_float_equal(gt, pred, include_percentage=True, is_close=True)``."""
     for target in (gt / 100, gt, gt * 100):
         if math.isclose(target, pred, rel_tol=0.01):
             return True

