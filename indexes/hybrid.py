@@ -1,0 +1,74 @@
+"""Hybrid page search over a store: BM25 over page text + MaxSim over page-region vectors, fused."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from indexes.fusion import FusionMethod, fuse
+from indexes.store import Store
+
+if TYPE_CHECKING:
+    from docrefrag_core.text_embedder import TextEmbedder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved page: 1-based page number, a score per signal, and its best region."""
+
+    doc_id: str
+    page: int
+    fused: float
+    sparse: float | None  # BM25 score (None: not among the sparse candidates)
+    dense: float | None  # MaxSim cosine (None: not among the dense candidates)
+    rerank: float | None = None
+    bbox: tuple[float, float, float, float] | None = None  # PDF points, origin top-left
+    snippet: str = ""
+
+
+class HybridSearcher:
+    """Each branch proposes `candidates` pages; the union is fused and the top k returned."""
+
+    def __init__(self, store: Store, embedder: "TextEmbedder", candidates: int = 50) -> None:
+        self.store, self.embedder, self.candidates = store, embedder, candidates
+
+    def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
+               method: FusionMethod = "rrf") -> list[Hit]:
+        if not query.strip():
+            raise ValueError("the query is empty; pass some words to search for")
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        ready = set(self.store.ready_ids())
+        scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
+        if not scope:
+            return []
+        n = max(self.candidates, k)
+        bm25 = self.store.bm25()
+        positions, scores = bm25.page_scores(query, scope)
+        top = np.argsort(-scores, kind="stable")[:n]
+        sparse_by_key = {bm25.page_keys[positions[i]]: float(scores[i]) for i in top}
+        query_vec = self.embedder.embed_queries([query])[0]
+        dense_by_key = {(h.doc_id, h.page): h.score for h in self.store.visual.search(query_vec, k=n, doc_ids=scope)}
+        keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
+        sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
+        dense = np.array([dense_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
+        fused = fuse(sparse, dense, method)
+        order = np.argsort(-fused, kind="stable")[:k]
+        chosen = [keys[i] for i in order]
+        position = {key: i for i, key in enumerate(bm25.page_keys)}
+        best = bm25.best_chunks(query, np.array([position[key] for key in chosen if key in position]), scope)
+        hits = []
+        for i, key in zip(order, chosen):
+            chunk = self.store.chunk(*key, best[position[key]]) if position.get(key) in best else None
+            hits.append(Hit(key[0], key[1], float(fused[i]), _opt(sparse[i]), _opt(dense[i]),
+                            bbox=chunk.bbox if chunk else None, snippet=chunk.text if chunk else ""))
+        return hits
+
+
+def _opt(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
