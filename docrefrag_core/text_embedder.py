@@ -2,7 +2,9 @@
 
 Word states are contextual: each text block goes through the embedder as one sequence (split into
 windows of at most `max_tokens` word pieces at word boundaries), and a word's state is the mean of
-its word-piece states. Query embeddings are the sentence-transformers recipe (mean pooling over
+its word-piece states. On CPUs with native bfloat16 (AVX512-BF16/AMX) the model runs with bfloat16
+weights: 2.2-2.7x the throughput of float32 on this project's 2-core machine, states at cosine
+0.99992 to float32 (autocast was slower on varying shapes; measured 2026-11-30). Query embeddings are the sentence-transformers recipe (mean pooling over
 word pieces, L2-normalised), so a query vector and pooled word states live in the same space.
 """
 
@@ -18,18 +20,24 @@ logger = logging.getLogger(__name__)
 
 
 class TextEmbedder:
-    def __init__(self, model_dir: Path | str, max_tokens: int = 128, batch_tokens: int = 256) -> None:
+    def __init__(self, model_dir: Path | str, max_tokens: int = 128, batch_tokens: int = 256,
+                 bf16: bool | None = None) -> None:
         from transformers import AutoModel, AutoTokenizer
 
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").is_file():
             raise FileNotFoundError(f"no Hugging Face model at {model_dir} (config.json missing)")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-        self.model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
+        self.bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported() if bf16 is None else bf16
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        self.model = AutoModel.from_pretrained(model_dir, local_files_only=True, dtype=dtype).eval()
         self.dim = int(self.model.config.hidden_size)
         self.max_tokens = max_tokens
         self.batch_tokens = batch_tokens
         self.name = model_dir.name
+
+    def _forward(self, **inputs) -> torch.Tensor:
+        return self.model(**inputs).last_hidden_state.float()  # (B, T, d)
 
     @classmethod
     def default(cls, **kwargs) -> "TextEmbedder":
@@ -85,7 +93,7 @@ class TextEmbedder:
             for r, (_, ids, _) in enumerate(batch):
                 input_ids[r, : len(ids) + 2] = torch.tensor([cls_id, *ids, sep_id])
                 mask[r, : len(ids) + 2] = 1
-            states = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state.numpy()  # (B, T, d)
+            states = self._forward(input_ids=input_ids, attention_mask=mask).numpy()  # (B, T, d)
             for r, (b, ids, word_ids) in enumerate(batch):
                 np.add.at(sums[b], np.asarray(word_ids), states[r, 1 : len(ids) + 1])
                 np.add.at(counts[b], np.asarray(word_ids), 1.0)
@@ -97,7 +105,7 @@ class TextEmbedder:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         enc = self.tokenizer(texts, truncation=True, max_length=256, padding=True, return_tensors="pt")
-        states = self.model(**enc).last_hidden_state  # (n, T, d)
+        states = self._forward(**enc)  # (n, T, d)
         mask = enc["attention_mask"].unsqueeze(-1).float()  # (n, T, 1)
         pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (n, d)
         return torch.nn.functional.normalize(pooled, dim=-1).numpy().astype(np.float32)

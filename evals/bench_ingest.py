@@ -1,0 +1,163 @@
+"""Ingest benchmark: pages/s (born-digital and OCR), peak RSS, index size, reopen time, search latency.
+
+    python -m evals.bench_ingest --docs ../shared/data/mmlongbench/documents --store /tmp/bench-store \
+        [--big-pdf 500] [--json out.json]
+
+Ingests `--docs` into a fresh store (through the same Ingestor as `docrefrag ingest`), then reopens the
+store in a fresh process and times searches within one document. `--big-pdf N` also ingests one
+N-page PDF (built by concatenating the documents' pages) into a second fresh store and reports the
+peak RSS of the whole process tree (main process + page-parsing workers) while it ingests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import date
+from pathlib import Path
+
+import psutil
+
+
+class PeakRSS:
+    """Samples the RSS of this process and its children every `interval` seconds."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval, self.peak, self._stop = interval, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def ingest(paths: list[Path], store_dir: Path) -> tuple[list, float, int]:
+    from docrefrag_core.page_encoder import LayoutGridEncoder
+    from docrefrag_core.text_embedder import TextEmbedder
+    from indexes.ingest import Ingestor
+    from indexes.store import Store
+
+    shutil.rmtree(store_dir, ignore_errors=True)
+    encoder = LayoutGridEncoder(TextEmbedder.default())
+    with Store(store_dir, create=True) as store, PeakRSS() as rss, Ingestor(store, encoder, show_progress=True) as ing:
+        start = time.perf_counter()
+        results = ing.ingest(paths)
+        seconds = time.perf_counter() - start
+    return results, seconds, rss.peak
+
+
+def dir_size(path: Path) -> int:
+    """Bytes allocated on disk (sparse files count what they use)."""
+    return sum(p.stat().st_blocks * 512 for p in path.rglob("*") if p.is_file())
+
+
+_REOPEN = """
+import json, sys, time
+t0 = time.perf_counter()
+from docrefrag.api import DocRefrag
+dr = DocRefrag(store=sys.argv[1])
+docs = dr.docs()
+t_open = time.perf_counter() - t0
+t1 = time.perf_counter(); dr.encoder; t_model = time.perf_counter() - t1
+t2 = time.perf_counter(); dr.search("revenue growth by region", k=5, doc=docs[0].doc_id); t_first = time.perf_counter() - t2
+queries = [l for l in sys.argv[2].split("|")]
+lat = []
+for i, q in enumerate(queries):
+    d = docs[i % len(docs)].doc_id
+    t = time.perf_counter(); dr.search(q, k=5, doc=d); lat.append(time.perf_counter() - t)
+import psutil
+print(json.dumps({"open_s": t_open, "model_load_s": t_model, "first_search_s": t_first, "latencies_s": lat,
+                  "rss_mb": psutil.Process().memory_info().rss / 1e6}))
+"""
+
+QUERIES = [
+    "total revenue in 2023", "number of employees by region", "table of survey results", "chart of market share",
+    "conclusion of the study", "contact information and address", "figure showing the architecture",
+    "percentage of respondents who agree", "financial statements balance sheet", "list of authors and affiliations",
+]
+
+
+def reopen_and_search(store_dir: Path, repeats: int = 5) -> dict:
+    out = subprocess.run([sys.executable, "-c", _REOPEN, str(store_dir), "|".join(QUERIES * repeats)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def build_big_pdf(docs: Path, pages: int, out: Path) -> Path:
+    import pymupdf
+
+    big = pymupdf.open()
+    for pdf in sorted(docs.glob("*.pdf")):
+        with pymupdf.open(pdf) as src:
+            if len(src[0].get_text("words")) < 5:  # born-digital pages only: RSS of parsing + encoding
+                continue
+            big.insert_pdf(src, to_page=min(len(src), pages - len(big)) - 1)
+        if len(big) >= pages:
+            break
+    big.save(out)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=Path, required=True)
+    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--big-pdf", type=int, default=0, help="also ingest one PDF of this many pages (peak RSS)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    results, seconds, peak = ingest([args.docs], args.store)
+    ok = [r for r in results if r.status != "failed"]
+    born = [r for r in ok if r.ocr_pages == 0]
+    scanned = [r for r in ok if r.ocr_pages == r.pages]
+    row = {
+        "date": date.today().isoformat(), "machine": f"{psutil.cpu_count()} CPU cores, {platform.machine()}",
+        "documents": len(ok), "failed": len(results) - len(ok), "pages": sum(r.pages for r in ok),
+        "ocr_pages": sum(r.ocr_pages for r in ok), "seconds": seconds,
+        "pages_per_s": sum(r.pages for r in ok) / seconds,
+        "born_digital_pages_per_s": sum(r.pages for r in born) / sum(r.seconds for r in born) if born else None,
+        "ocr_pages_per_s": sum(r.pages for r in scanned) / sum(r.seconds for r in scanned) if scanned else None,
+        "peak_rss_mb": peak / 1e6, "store_mb": dir_size(args.store) / 1e6,
+        "visual_mb": dir_size(args.store / "visual") / 1e6,
+    }
+    reopen = reopen_and_search(args.store)
+    lat = sorted(reopen.pop("latencies_s"))
+    row.update({f"reopen_{k}": v for k, v in reopen.items()})
+    row["search_p50_ms"] = lat[len(lat) // 2] * 1000
+    row["search_p95_ms"] = lat[int(len(lat) * 0.95)] * 1000
+    if args.big_pdf:
+        with tempfile.TemporaryDirectory() as tmp:
+            big = build_big_pdf(args.docs, args.big_pdf, Path(tmp) / "big.pdf")
+            res, secs, peak_big = ingest([big], Path(tmp) / "store")
+            row.update({"big_pdf_pages": res[0].pages, "big_pdf_seconds": secs, "big_pdf_pages_per_s": res[0].pages / secs,
+                        "big_pdf_peak_rss_mb": peak_big / 1e6})
+    print(json.dumps(row, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(row, indent=2))
+
+
+if __name__ == "__main__":
+    main()

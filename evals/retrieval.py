@@ -1,0 +1,82 @@
+"""Retrieval-only evaluation: rank the pages of each question's own document, per fusion method.
+
+One candidate set per question (both branches scored once), fused by every method, so the methods
+are compared on identical inputs. Per-question rows go to a JSONL file that a rerun resumes from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from evals.datasets import Question
+from evals.metrics import KS, mean_metrics, retrieval_metrics
+from indexes.fusion import fuse
+from indexes.hybrid import HybridSearcher
+from indexes.store import Store
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("sparse", "dense", "rrf", "sum")
+
+
+@dataclass
+class RetrievalReport:
+    methods: dict[str, dict[str, float]]  # method -> mean metric
+    questions: int  # questions scored (answerable, with evidence pages, document present)
+    skipped: dict[str, int]
+    latency_ms: dict[str, float]
+
+
+def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
+                       out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True) -> RetrievalReport:
+    """`doc_ids` maps a benchmark document name to its id in `store`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {}
+    if out.is_file():
+        for line in out.read_text().splitlines():
+            row = json.loads(line)
+            done[row["qid"]] = row
+    skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
+    rows = list(done.values())
+    with open(out, "a") as f:
+        for q in tqdm(questions, desc="retrieval", unit="q", disable=not show_progress):
+            if not q.evidence_pages or not q.answerable:
+                skipped["no_evidence_or_unanswerable"] += 1
+                continue
+            if q.doc_name not in doc_ids:
+                skipped["document_missing"] += 1
+                continue
+            if q.qid in done:
+                continue
+            start = time.perf_counter()
+            cands = searcher.candidates(q.question, [doc_ids[q.doc_name]], k=max(KS))
+            latency = (time.perf_counter() - start) * 1000
+            row = {"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages), "latency_ms": latency}
+            for method in methods:
+                fused = fuse(cands.sparse, cands.dense, method)
+                ranked = [cands.keys[i][1] for i in np.argsort(-fused, kind="stable")[: max(KS)]]
+                row[method] = {"ranked": ranked, **retrieval_metrics(ranked, q.evidence_pages)}
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            rows.append(row)
+    scored = [r for r in rows if r["qid"] in {q.qid for q in questions}]
+    per_method = {m: mean_metrics([{k: v for k, v in r[m].items() if k != "ranked"} for r in scored]) for m in methods}
+    lat = np.array([r["latency_ms"] for r in scored]) if scored else np.zeros(1)
+    return RetrievalReport(per_method, len(scored), skipped,
+                           {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95))})
+
+
+def markdown_table(report: RetrievalReport, keys: Sequence[str] = ("recall@1", "recall@3", "recall@5", "recall@10",
+                                                                    "ndcg@5", "mrr@5")) -> str:
+    lines = ["| method | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for method, metrics in report.methods.items():
+        lines.append(f"| {method} | " + " | ".join(f"{metrics[k]:.3f}" for k in keys) + " |")
+    return "\n".join(lines)
