@@ -34,7 +34,7 @@ class DocRefrag:
         self.qdrant_url = qdrant_url
         self.qdrant_api_key = qdrant_api_key or os.environ.get("QDRANT_API_KEY")
         self._store: Store | None = None
-        self._encoder = None
+        self._embedder = None
 
     def close(self) -> None:
         if self._store is not None:
@@ -47,33 +47,33 @@ class DocRefrag:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _open(self, create: bool = False) -> Store:
+    def open_store(self, create: bool = False) -> Store:
         if self._store is None:
             self._store = Store(self.store_path, self.qdrant_url, self.qdrant_api_key, create=create)
         return self._store
 
     @property
-    def encoder(self):
-        if self._encoder is None:
-            from docrefrag_core.page_encoder import LayoutGridEncoder
+    def embedder(self):
+        """The query embedder (the page encoder's text embedder), loaded on first use."""
+        if self._embedder is None:
             from docrefrag_core.text_embedder import TextEmbedder
 
-            self._encoder = LayoutGridEncoder(TextEmbedder.default())
-        return self._encoder
+            self._embedder = TextEmbedder.default()
+        return self._embedder
 
     def ingest(self, paths: Iterable[Path | str], workers: int | None = None,
                show_progress: bool = False) -> list[IngestResult]:
         """Ingest PDF files, folders of PDFs and folders of page images; see `indexes.ingest`."""
-        store = self._open(create=True)
-        with Ingestor(store, self.encoder, workers=workers, show_progress=show_progress) as ingestor:
+        store = self.open_store(create=True)
+        with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
             return ingestor.ingest(paths)
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = "rrf") -> list[Hit]:
         """Top-k pages for `query` (1-based page numbers), optionally within documents `doc`."""
-        store = self._open()
+        store = self.open_store()
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
-        return HybridSearcher(store, self.encoder.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
+        return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
 
     def docs(self) -> list[DocInfo]:
-        return self._open().documents()
+        return self.open_store().documents()

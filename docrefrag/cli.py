@@ -52,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(docs)
     docs.add_argument("--json", action="store_true")
 
+    ev = sub.add_parser("eval", help="run a benchmark (MMLongBench-Doc or LongDocURL) on its data folder")
+    ev.add_argument("benchmark", choices=["mmlongbench", "longdocurl"])
+    ev.add_argument("--data", type=Path, required=True, help="folder with samples.json and the documents")
+    _store_args(ev)
+    ev.add_argument("--out", type=Path, default=Path("runs"), help="where per-question JSONL and reports go")
+    ev.add_argument("--limit", type=int, default=None, help="first N questions only")
+    ev.add_argument("--retrieval-only", action="store_true", help="rank pages only (no answering)")
+
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
     demo.add_argument("--pages", type=int, default=12)
@@ -69,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except Exception as e:  # every error reaches the user as one line
         from docrefrag_core.weights import ModelCorruptedError, ModelNotFoundError
-        from indexes.errors import IngestError, StoreError
+        from indexes.errors import EncoderError, IngestError, StoreError
 
-        if args.verbose or not isinstance(e, (ModelNotFoundError, ModelCorruptedError, IngestError, StoreError,
+        if args.verbose or not isinstance(e, (ModelNotFoundError, ModelCorruptedError, IngestError, StoreError, EncoderError,
                                                ValueError, ConnectionError, OSError)):
             logging.getLogger("docrefrag").exception("failed")
         print(f"error: {e}", file=sys.stderr)
@@ -166,6 +174,23 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from evals.retrieval import markdown_table
+    from evals.run import run_retrieval
+
+    if not args.retrieval_only:
+        print("error: only --retrieval-only runs exist so far (the answering graph is not built yet)", file=sys.stderr)
+        return EXIT_ERROR
+    with _api(args) as dr:
+        store = dr.open_store(create=True)
+        report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,
+                               show_progress=sys.stderr.isatty())
+    print(markdown_table(report))
+    print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
+          f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; reports in {args.out}")
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from docrefrag.api import DocRefrag
     from docrefrag_core.synthetic import sample_report
@@ -187,4 +212,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "demo": cmd_demo}
+COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "eval": cmd_eval,
+            "demo": cmd_demo}

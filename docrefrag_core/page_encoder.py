@@ -128,6 +128,13 @@ class LayoutGridEncoder:
         return np.stack(feats, axis=1).astype(np.float32)  # (m, n_visual)
 
 
+def default_encoder() -> LayoutGridEncoder:
+    """The default page encoder over the cached all-MiniLM-L6-v2 (`docrefrag models fetch`)."""
+    from docrefrag_core.text_embedder import TextEmbedder
+
+    return LayoutGridEncoder(TextEmbedder.default())
+
+
 def block_coverage(page: PageInput, kind: str, g: int) -> np.ndarray:
     """(m,) fraction of each cell covered by blocks of `kind` (overlaps summed, capped at 1)."""
     edges_x = np.linspace(0.0, page.width, g + 1)

@@ -55,14 +55,11 @@ class PeakRSS:
 
 
 def ingest(paths: list[Path], store_dir: Path) -> tuple[list, float, int]:
-    from docrefrag_core.page_encoder import LayoutGridEncoder
-    from docrefrag_core.text_embedder import TextEmbedder
     from indexes.ingest import Ingestor
     from indexes.store import Store
 
     shutil.rmtree(store_dir, ignore_errors=True)
-    encoder = LayoutGridEncoder(TextEmbedder.default())
-    with Store(store_dir, create=True) as store, PeakRSS() as rss, Ingestor(store, encoder, show_progress=True) as ing:
+    with Store(store_dir, create=True) as store, PeakRSS() as rss, Ingestor(store, show_progress=True) as ing:
         start = time.perf_counter()
         results = ing.ingest(paths)
         seconds = time.perf_counter() - start
@@ -81,7 +78,7 @@ from docrefrag.api import DocRefrag
 dr = DocRefrag(store=sys.argv[1])
 docs = dr.docs()
 t_open = time.perf_counter() - t0
-t1 = time.perf_counter(); dr.encoder; t_model = time.perf_counter() - t1
+t1 = time.perf_counter(); dr.embedder; t_model = time.perf_counter() - t1
 t2 = time.perf_counter(); dr.search("revenue growth by region", k=5, doc=docs[0].doc_id); t_first = time.perf_counter() - t2
 queries = [l for l in sys.argv[2].split("|")]
 lat = []

@@ -7,3 +7,7 @@ class IngestError(Exception):
 
 class StoreError(Exception):
     """The store cannot serve the request (missing, locked, or built by an incompatible encoder)."""
+
+
+class EncoderError(Exception):
+    """The page encoder cannot be built (e.g. its weights are missing); aborts the whole ingest."""

@@ -8,18 +8,19 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 from tqdm import tqdm
 
 from docrefrag_core.chunking import retrieval_vectors
-from docrefrag_core.page_encoder import PageEncoder
-from indexes.errors import IngestError
+from docrefrag_core.page_encoder import PageEncoder, PageTokens, default_encoder
+from indexes.errors import EncoderError, IngestError
 from indexes.pages import IMAGE_SUFFIXES, DocSource, PageParser, ParsedPage, image_folder_source, page_count
 from indexes.store import Store
 
@@ -93,24 +94,62 @@ def content_hash(source: DocSource) -> tuple[str, int]:
 
 
 # ---------------------------------------------------------------------- worker side
+# Each worker parses AND encodes its pages with its own single-threaded copy of the encoder: on 2
+# cores two such processes kept both cores busy, where one process embedding with 2 torch threads
+# used about one core (small batches) and left the parsers waiting.
+
+EncoderFactory = Callable[[], PageEncoder]  # picklable, zero arguments (a module-level function)
+
+
+@dataclass
+class PageResult:
+    parsed: ParsedPage  # without its image (it stays in the worker)
+    tokens: PageTokens | None  # None when the page failed to parse
+    encoder_id: str
+    text_dim: int
+    seconds: dict
+
 
 _parser: PageParser | None = None
+_encoder: PageEncoder | None = None
+_encoder_error: str | None = None
 
 
-def _parse_in_worker(source: DocSource, index: int) -> ParsedPage:
+def _worker_init(encoder_factory: EncoderFactory) -> None:
+    """Build the encoder; exit when the ingesting process dies (kill -9 leaves no orphaned workers)."""
+    global _encoder, _encoder_error
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        _encoder = encoder_factory()
+    except Exception as e:  # reported with the first page, as one line
+        _encoder_error = f"the page encoder could not be built: {e}"
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _process_in_worker(source: DocSource, index: int) -> PageResult:
     global _parser
+    if _encoder is None:
+        raise EncoderError(_encoder_error)
     if _parser is None or _parser.source != source:
         if _parser is not None:
             _parser.close()
         _parser = PageParser(source)
     start = time.perf_counter()
     parsed = _parser.parse(index)
-    parsed.timings["parse"] = time.perf_counter() - start
-    return parsed
-
-
-def _worker_init() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mid = time.perf_counter()
+    tokens = _encoder.encode(parsed.to_input()) if parsed.error is None else None
+    parsed.image = None
+    return PageResult(parsed, tokens, _encoder.encoder_id, _encoder.text_dim,
+                      {"parse": mid - start, "encode": time.perf_counter() - mid})
 
 
 # ---------------------------------------------------------------------- main side
@@ -119,8 +158,9 @@ def _worker_init() -> None:
 class Ingestor:
     """Runs ingests into one store with one encoder and one pool of page-parsing workers."""
 
-    def __init__(self, store: Store, encoder: PageEncoder, workers: int | None = None, show_progress: bool = True) -> None:
-        self.store, self.encoder, self.show_progress = store, encoder, show_progress
+    def __init__(self, store: Store, encoder_factory: EncoderFactory = default_encoder, workers: int | None = None,
+                 show_progress: bool = True) -> None:
+        self.store, self.encoder_factory, self.show_progress = store, encoder_factory, show_progress
         self.workers = workers or max(1, min(os.cpu_count() or 1, 4))
         self._pool: ProcessPoolExecutor | None = None
 
@@ -135,12 +175,12 @@ class Ingestor:
     def pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")  # no fork after torch has started its threads
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_worker_init)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_worker_init,
+                                             initargs=(self.encoder_factory,))
         return self._pool
 
     def ingest(self, paths: Iterable[Path | str]) -> list[IngestResult]:
         sources, results = discover(paths)
-        self.store.check_encoder(self.encoder.encoder_id, self.encoder.text_dim)
         self.store.collect_garbage()
         for source in sources:
             start = time.perf_counter()
@@ -171,7 +211,7 @@ class Ingestor:
         pending = iter(todo)
         try:
             for index in pending:
-                in_flight.append(self.pool.submit(_parse_in_worker, source, index))
+                in_flight.append(self.pool.submit(_process_in_worker, source, index))
                 if len(in_flight) >= 2 * self.workers:
                     self._commit(doc_id, in_flight.popleft().result(), timings)
                     bar.update()
@@ -188,14 +228,14 @@ class Ingestor:
         return IngestResult(str(source.path), status, doc_id, info.n_pages, info.ocr_pages, info.failed_pages,
                             timings=timings)
 
-    def _commit(self, doc_id: str, parsed: ParsedPage, timings: dict) -> None:
-        timings["parse"] += parsed.timings.get("parse", 0.0)
+    def _commit(self, doc_id: str, result: PageResult, timings: dict) -> None:
+        for key, value in result.seconds.items():
+            timings[key] += value
         start = time.perf_counter()
-        tokens = self.encoder.encode(parsed.to_input()) if parsed.error is None else None
-        timings["encode"] += time.perf_counter() - start
-        start = time.perf_counter()
-        if tokens is not None:
-            pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, self.encoder.text_dim, RETRIEVAL_K)
-            self.store.visual.upsert_page(doc_id, parsed.page, pooled, vectors)
-        self.store.add_page(doc_id, parsed, tokens)
+        self.store.check_encoder(result.encoder_id, result.text_dim)
+        if result.tokens is not None:
+            tokens = result.tokens
+            pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, result.text_dim, RETRIEVAL_K)
+            self.store.visual.upsert_page(doc_id, result.parsed.page, pooled, vectors)
+        self.store.add_page(doc_id, result.parsed, result.tokens)
         timings["index"] += time.perf_counter() - start

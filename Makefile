@@ -1,0 +1,29 @@
+# Set-up, demo and tests on a fresh machine. torch==2.13.0 (CPU build) is installed first: an
+# unconstrained torch would pull a multi-GB CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DOCREFRAG := $(VENV)/bin/docrefrag
+
+.PHONY: setup models demo test clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+models: setup
+	$(DOCREFRAG) models fetch
+
+demo: models
+	$(DOCREFRAG) demo
+
+test: models
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) docrefrag-demo .pytest_cache

@@ -1,0 +1,54 @@
+"""Benchmark runs: load questions, ingest the documents that are missing, evaluate, report."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict
+from datetime import date
+from pathlib import Path
+
+from evals.datasets import Benchmark, document_sources, load_questions, split_available
+from evals.retrieval import RetrievalReport, evaluate_retrieval, markdown_table
+from indexes.hybrid import HybridSearcher
+from indexes.ingest import Ingestor
+from indexes.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+def question_file(data_dir: Path) -> Path:
+    path = Path(data_dir) / "samples.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{data_dir}: no samples.json; pass the benchmark's data folder")
+    return path
+
+
+def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
+                  limit: int | None = None, show_progress: bool = True) -> RetrievalReport:
+    """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval)."""
+    questions = load_questions(benchmark, question_file(data_dir))
+    if limit is not None:
+        questions = questions[:limit]
+    sources = document_sources(data_dir)
+    present, missing = split_available(questions, sources)
+    needed = sorted({sources[q.doc_name] for q in present})
+    with Ingestor(store, show_progress=show_progress) as ingestor:
+        results = ingestor.ingest(needed)
+    by_path = {r.source: r for r in results}
+    doc_ids = {}
+    for q in present:
+        result = by_path.get(str(sources[q.doc_name].resolve()))
+        if result is not None and result.doc_id and result.status != "failed":
+            doc_ids[q.doc_name] = result.doc_id
+    searcher = HybridSearcher(store, embedder)
+    report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark}-retrieval.jsonl",
+                                show_progress=show_progress)
+    report.skipped["document_missing"] += len(missing)
+    summary = {"benchmark": benchmark, "date": date.today().isoformat(), "questions": report.questions,
+               **asdict(report)}
+    (out_dir / f"{benchmark}-retrieval.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / f"{benchmark}-retrieval.md").write_text(
+        f"# {benchmark} retrieval ({report.questions} questions, {date.today().isoformat()})\n\n"
+        + markdown_table(report) + "\n")
+    return report

@@ -1,0 +1,354 @@
+"""Bad input: every broken item yields one line saying what was wrong and what to do, affects only
+that item, and leaves the store consistent; the CLI exits 1 (some items failed) or 2 (nothing done)
+without a traceback; a page that fails to parse is recorded as failed; an ingest killed with
+SIGKILL resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pymupdf
+import pytest
+
+from docrefrag_core.chunking import retrieval_vectors
+from docrefrag_core.synthetic import sample_report
+from indexes import ingest as ingest_module
+from indexes.hybrid import HybridSearcher
+from indexes.ingest import RETRIEVAL_K, Ingestor
+from indexes.pages import DocSource, PageParser
+from indexes.store import Store
+
+from conftest import REPO, subprocess_env
+
+# name in the bad-input folder -> a phrase of the remedy its message must carry (None: none yet)
+BAD = {
+    "random.pdf": "repair or re-export",
+    "truncated.pdf": "repair or re-export",
+    "half.pdf": "repair or re-export",
+    "encrypted.pdf": "decrypt it first",
+    "empty.pdf": "re-export or re-download",
+    "notes.txt": "ingests PDF files and folders of page images",
+    "report.docx": "ingests PDF files and folders of page images",
+    "missing.pdf": "check the path",
+    "nothing": None,
+    "scans": "re-export it as PNG or JPEG",
+}
+# words that start an instruction; a message with none of them does not say what to do
+REMEDY = re.compile(r"\b(check|re-?export|re-?download|repair|decrypt|convert|rename|add|put|pass|use)\b", re.I)
+
+HALF_TRUNCATED = pytest.mark.xfail(
+    strict=True,
+    reason="product bug: a PDF cut at half its bytes opens (PyMuPDF repairs it, doc.is_repaired is True) and is "
+           "ingested as 'added' with its second page missing most words, with no message (indexes/pages.py open_pdf)",
+)
+NO_REMEDY = pytest.mark.xfail(
+    strict=True,
+    reason="product gap: 'PATH: no PDF files or page images in this folder' says what is wrong, not what to do "
+           "(indexes/ingest.py discover)",
+)
+
+
+def _cases(fails_mark: dict[str, pytest.MarkDecorator]) -> list:
+    return [pytest.param(name, marks=fails_mark.get(name, ()), id=name) for name in BAD]
+
+
+def _make_bad_inputs(folder: Path, light_pdf) -> list[Path]:
+    """The good PDF and every bad item of BAD, in `folder`; returns the paths to ingest."""
+    light_pdf(folder / "good.pdf", 2, tag="census")
+    (folder / "random.pdf").write_bytes(random.Random(0).randbytes(4000))
+    real = folder / "real.pdf"
+    sample_report(real, pages=2, seed=0)
+    data = real.read_bytes()
+    real.unlink()
+    # cut at 30% PyMuPDF gives up; cut at 50% it repairs the file and finds both pages
+    (folder / "truncated.pdf").write_bytes(data[: int(len(data) * 0.3)])
+    (folder / "half.pdf").write_bytes(data[: len(data) // 2])
+    with pymupdf.open(folder / "good.pdf") as doc:
+        doc.save(folder / "encrypted.pdf", encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="x", owner_pw="y")
+    (folder / "empty.pdf").write_bytes(b"")
+    (folder / "notes.txt").write_text("not a document\n")
+    (folder / "report.docx").write_bytes(b"PK\x03\x04" + bytes(60))
+    (folder / "nothing").mkdir()
+    (folder / "nothing" / "readme.txt").write_text("no pages here\n")
+    scans = folder / "scans"  # page 1 is a real render, page 2 is not an image at all
+    scans.mkdir()
+    with pymupdf.open(folder / "good.pdf") as doc:
+        doc[0].get_pixmap(dpi=72).save(scans / "page_1.png")
+    (scans / "page_2.png").write_bytes(b"this is not a PNG file")
+    return [folder / "good.pdf", *(folder / name for name in BAD)]
+
+
+@pytest.fixture(scope="module")
+def bad_run(tmp_path_factory, ingest, light_pdf):
+    """One ingest call over the good PDF and every bad item: (store, {name: result})."""
+    folder = tmp_path_factory.mktemp("bad")
+    paths = _make_bad_inputs(folder, light_pdf)
+    with Store(folder / "store", create=True) as store:
+        results = ingest(store, *paths)
+        assert len(results) == len(paths)
+        yield store, {Path(r.source).name: r for r in results}
+
+
+def test_good_pdf_is_added_next_to_bad_inputs(bad_run, embedder):
+    store, results = bad_run
+    good = results["good.pdf"]
+    assert (good.status, good.pages, good.failed_pages, good.message) == ("added", 2, 0, "")
+    assert good.doc_id in store.ready_ids()
+    hits = HybridSearcher(store, embedder).search("census station s002", k=2)
+    assert [(h.doc_id, h.page) for h in hits][0] == (good.doc_id, 2)
+
+
+@pytest.mark.parametrize("name", _cases({"half.pdf": HALF_TRUNCATED}))
+def test_bad_item_fails_with_one_line_naming_it(bad_run, name):
+    _, results = bad_run
+    result = results[name]
+    assert result.status == "failed", result
+    assert result.doc_id is None and result.pages == 0
+    message = result.message
+    assert message and "\n" not in message
+    culprit = "page_2.png" if name == "scans" else name  # the bad page image, not only its folder
+    assert culprit in message
+
+
+@pytest.mark.parametrize("name", _cases({"half.pdf": HALF_TRUNCATED, "nothing": NO_REMEDY}))
+def test_bad_item_message_says_what_to_do(bad_run, name):
+    _, results = bad_run
+    message = results[name].message
+    assert REMEDY.search(message) or (BAD[name] and BAD[name] in message), message
+    if BAD[name] is not None:
+        assert BAD[name] in message
+
+
+def test_bad_inputs_leave_the_store_consistent(bad_run, check_consistent):
+    store, results = bad_run
+    check_consistent(store)
+    good, half = results["good.pdf"].doc_id, results["half.pdf"].doc_id  # half.pdf: see HALF_TRUNCATED
+    ready = {d.doc_id for d in store.documents() if d.status == "ready"} - {half}
+    assert ready == {good}
+    # only the good PDF is searchable: BM25 holds none of the failed items
+    assert {k[0] for k in store.bm25().page_keys} - {half} == {good}
+    # the page-image folder failed at its second page: its first page stays, resumable, not searchable
+    (scans,) = [d for d in store.documents() if d.name == "scans"]
+    assert (scans.status, scans.pages_done, scans.n_pages) == ("ingesting", 1, 2)
+
+
+def test_pdf_with_zero_pages(tmp_path):
+    # PyMuPDF refuses to write a PDF without pages ("cannot save with zero pages"), so this case
+    # cannot be generated the way the other test documents are; skip it rather than hand-craft bytes.
+    try:
+        with pymupdf.open() as doc:
+            doc.save(tmp_path / "zero.pdf")
+    except ValueError as e:
+        pytest.skip(f"PyMuPDF cannot write a 0-page PDF: {e}")
+    pytest.fail("PyMuPDF wrote a 0-page PDF: turn this into a bad-input case of BAD")
+
+
+# ---------------------------------------------------------------------- the CLI
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "docrefrag", *args], capture_output=True, text=True,
+                          cwd=REPO, env=subprocess_env(), timeout=timeout)
+
+
+def _one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def cli_ingest(tmp_path_factory, light_pdf):
+    """`docrefrag ingest` over a good PDF and three bad items: (store dir, completed process, folder)."""
+    folder = tmp_path_factory.mktemp("cli")
+    light_pdf(folder / "good.pdf", 2, tag="census")
+    (folder / "random.pdf").write_bytes(random.Random(1).randbytes(3000))
+    (folder / "notes.txt").write_text("not a document\n")
+    store = folder / "store"
+    paths = [folder / n for n in ("good.pdf", "random.pdf", "notes.txt", "missing.pdf")]
+    proc = _cli("ingest", *map(str, paths), "--store", str(store), "--workers", "1")
+    return store, proc, folder
+
+
+def test_cli_ingest_reports_each_failed_item_on_one_line(cli_ingest):
+    store, proc, _ = cli_ingest
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    failed = [line for line in lines if line.startswith("failed")]
+    assert len(lines) == 4 and len(failed) == 3, proc.stdout
+    for name in ("random.pdf", "notes.txt", "missing.pdf"):
+        assert sum(name in line for line in failed) == 1, (name, failed)
+    (added,) = [line for line in lines if line.startswith("added")]
+    assert "good.pdf" in added and "2 pages" in added
+    assert (store / "catalog.sqlite").is_file()
+
+
+def test_cli_search_without_a_store_says_how_to_make_one(tmp_path):
+    missing = tmp_path / "no-store"
+    proc = _cli("search", "rail passengers", "--store", str(missing))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "docrefrag ingest" in _one_line(proc.stderr)
+    assert not missing.exists()  # a search must not create a store
+
+
+def test_cli_search_for_an_unknown_doc_is_one_line(cli_ingest):
+    store, _, _ = cli_ingest
+    proc = _cli("search", "census", "--store", str(store), "--doc", "nosuchdoc")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "nosuchdoc" in _one_line(proc.stderr)
+    assert proc.stdout == ""
+
+
+# ---------------------------------------------------------------------- a page that fails to parse
+
+FAIL_INDEX = 1  # 0-based: page 2
+
+
+@pytest.fixture
+def failing_page(monkeypatch):
+    """PageParser raises on page index FAIL_INDEX of every PDF (in this process)."""
+    original = PageParser._parse_pdf_page
+
+    def parse(self, index):
+        if index == FAIL_INDEX:
+            raise RuntimeError("simulated broken content stream")
+        return original(self, index)
+
+    monkeypatch.setattr(PageParser, "_parse_pdf_page", parse)
+
+
+def _assert_failed_page_recorded(store: Store, doc_id: str, check_consistent) -> None:
+    (doc,) = store.documents()
+    assert (doc.status, doc.n_pages, doc.pages_done, doc.failed_pages) == ("ready", 3, 3, 1)
+    broken = store.page(doc_id, 2)
+    assert broken.error and "page 2" in broken.error and "simulated broken content stream" in broken.error
+    assert "\n" not in broken.error and broken.words == []
+    for n in (1, 3):
+        page = store.page(doc_id, n)
+        assert page.error is None and f"station s{n:03d}" in " ".join(w.text for w in page.words)
+    assert store.visual.doc_pages(doc_id) == {1, 3}
+    assert sorted(k[1] for k in store.bm25().page_keys) == [1, 3]
+    check_consistent(store)
+
+
+def test_parser_records_a_page_that_fails(tmp_path, store, encoder, light_pdf, failing_page, check_consistent):
+    pdf = light_pdf(tmp_path / "three.pdf", 3)
+    parser = PageParser(DocSource("pdf", pdf))
+    try:
+        parsed = [parser.parse(i) for i in range(3)]
+    finally:
+        parser.close()
+    broken = parsed[FAIL_INDEX]
+    assert broken.page == 2 and broken.words == [] and broken.chunks == [] and broken.render_jpeg == b""
+    assert broken.error == "page 2 could not be parsed: simulated broken content stream"
+    assert all(p.error is None and p.words for i, p in enumerate(parsed) if i != FAIL_INDEX)
+
+    doc_id = "f" * 16  # what Ingestor._commit does for each page, by hand
+    store.check_encoder(encoder.encoder_id, encoder.text_dim)
+    store.begin_document(doc_id, pdf.name, str(pdf), "pdf", 3, pdf.stat().st_size)
+    for page in parsed:
+        tokens = encoder.encode(page.to_input()) if page.error is None else None
+        if tokens is not None:
+            pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, encoder.text_dim, RETRIEVAL_K)
+            store.visual.upsert_page(doc_id, page.page, pooled, vectors)
+        store.add_page(doc_id, page, tokens)
+    store.finish_document(doc_id)
+    _assert_failed_page_recorded(store, doc_id, check_consistent)
+
+
+def test_ingest_records_a_page_that_fails(tmp_path, store, encoder, light_pdf, failing_page, monkeypatch,
+                                          check_consistent):
+    pdf = light_pdf(tmp_path / "three.pdf", 3)
+    monkeypatch.setattr(ingest_module, "_parser", None)  # the worker-side parser, here in this process
+    with Ingestor(store, encoder, workers=1, show_progress=False) as ingestor:
+        ingestor._pool = ThreadPoolExecutor(1)  # parse in this process, where the monkeypatch applies
+        (result,) = ingestor.ingest([pdf])
+    assert (result.status, result.pages, result.failed_pages) == ("added", 3, 1)
+    _assert_failed_page_recorded(store, result.doc_id, check_consistent)
+
+
+# ---------------------------------------------------------------------- kill -9 during ingest
+
+BIG_PAGES = 40
+
+
+def _committed_pages(root: Path) -> int:
+    try:
+        db = sqlite3.connect(f"file:{root / 'catalog.sqlite'}?mode=ro", uri=True, timeout=5)
+        try:
+            return db.execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.OperationalError:  # not created yet, or created without the table yet
+        return 0
+
+
+def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, check_consistent):
+    root = tmp_path / "store"
+    early = light_pdf(tmp_path / "early.pdf", 2, tag="census")
+    with Store(root, create=True) as store:  # a ready document next to the one that gets killed
+        (ready,) = ingest(store, early)
+    big = light_pdf(tmp_path / "big.pdf", BIG_PAGES)
+    command = [sys.executable, "-m", "docrefrag", "ingest", str(big), "--store", str(root), "--workers", "1"]
+
+    proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while (done := _committed_pages(root) - 2) < 3:  # 2: the pages of early.pdf
+            assert proc.poll() is None, f"ingest exited early ({proc.returncode}): {proc.stderr.read()}"
+            assert time.monotonic() < deadline, "ingest committed no pages in 120 s"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+    assert done < BIG_PAGES, "the ingest finished before it could be killed"
+
+    docs = _cli("docs", "--store", str(root), "--json")
+    assert docs.returncode == 0, docs.stderr
+    status = {d["name"]: (d["status"], d["pages_done"]) for d in json.loads(docs.stdout)}
+    assert status["early.pdf"] == ("ready", 2)
+    assert status["big.pdf"][0] == "ingesting" and 3 <= status["big.pdf"][1] < BIG_PAGES
+
+    with Store(root) as store:
+        (partial,) = [d for d in store.documents() if d.name == "big.pdf"]
+        check_consistent(store)
+        searcher = HybridSearcher(store, embedder)
+        hits = searcher.search("station s001 s002 s003 spring survey", k=10)
+        assert hits and {h.doc_id for h in hits} == {ready.doc_id}
+        assert searcher.search("station s001", k=5, doc_ids=[partial.doc_id]) == []
+        assert not any(k[0] == partial.doc_id for k in store.bm25().page_keys)
+
+    rerun = subprocess.run(command, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, rerun.stderr
+    assert _one_line(rerun.stdout).startswith(f"resumed    {partial.doc_id}  {BIG_PAGES} pages")
+
+    assert counts(root, partial.doc_id) == {"documents": 1, "pages": BIG_PAGES, "chunks": BIG_PAGES,
+                                            "tokens": BIG_PAGES}
+    with Store(root) as store:
+        doc = store.find(partial.doc_id)
+        assert (doc.status, doc.pages_done, doc.failed_pages) == ("ready", BIG_PAGES, 0)
+        assert store.db.execute("SELECT COUNT(DISTINCT page), MIN(page), MAX(page) FROM pages WHERE doc_id = ?",
+                                (partial.doc_id,)).fetchone() == (BIG_PAGES, 1, BIG_PAGES)
+        assert store.visual.doc_pages(partial.doc_id) == set(range(1, BIG_PAGES + 1))
+        assert store.visual.count() == BIG_PAGES + 2
+        assert len(store.bm25().scope([partial.doc_id])) == BIG_PAGES
+        check_consistent(store)
+        hits = HybridSearcher(store, embedder).search("station s017", k=1, doc_ids=[partial.doc_id])
+        assert [(h.doc_id, h.page) for h in hits] == [(partial.doc_id, 17)]
