@@ -137,6 +137,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         extra = f", {r.ocr_pages} OCR" if r.ocr_pages else ""
         extra += f", {r.failed_pages} failed pages" if r.failed_pages else ""
         print(f"{r.status:10s} {r.doc_id}  {r.pages} pages{extra}  {rate}  {r.source}")
+        if r.message:
+            print(f"           {r.message}")
     return EXIT_PARTIAL if any(r.status == "failed" or r.failed_pages for r in results) else EXIT_OK
 
 

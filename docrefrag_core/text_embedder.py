@@ -28,6 +28,8 @@ class TextEmbedder:
         if not (model_dir / "config.json").is_file():
             raise FileNotFoundError(f"no Hugging Face model at {model_dir} (config.json missing)")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        self.max_positions = self.tokenizer.model_max_length
+        self.tokenizer.model_max_length = 1 << 30  # blocks are windowed below, never fed whole
         self.bf16 = torch.ops.mkldnn._is_mkldnn_bf16_supported() if bf16 is None else bf16
         dtype = torch.bfloat16 if self.bf16 else torch.float32
         self.model = AutoModel.from_pretrained(model_dir, local_files_only=True, dtype=dtype).eval()
@@ -68,7 +70,7 @@ class TextEmbedder:
         """Consecutive runs of length-sorted windows holding at most `batch_tokens` padded pieces."""
         batches, current = [], []
         for w in windows:
-            width = len(w[1]) + 2  # the longest so far: windows are sorted by length
+            width = _bucket(len(w[1]) + 2)  # the longest so far: windows are sorted by length
             if current and (len(current) + 1) * width > self.batch_tokens:
                 batches.append(current)
                 current = []
@@ -87,7 +89,7 @@ class TextEmbedder:
             self.tokenizer.pad_token_id,
         )
         for batch in self._batches(windows):
-            width = max(len(ids) for _, ids, _ in batch) + 2
+            width = _bucket(max(len(ids) for _, ids, _ in batch) + 2)
             input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)  # (B, T)
             mask = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T)
             for r, (_, ids, _) in enumerate(batch):
@@ -104,8 +106,15 @@ class TextEmbedder:
         """(n, dim) L2-normalised sentence embeddings (mean pooling over word pieces)."""
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        enc = self.tokenizer(texts, truncation=True, max_length=256, padding=True, return_tensors="pt")
+        enc = self.tokenizer(texts, truncation=True, max_length=min(256, self.max_positions), padding=True,
+                             return_tensors="pt")
         states = self._forward(**enc)  # (n, T, d)
         mask = enc["attention_mask"].unsqueeze(-1).float()  # (n, T, 1)
         pooled = (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # (n, d)
         return torch.nn.functional.normalize(pooled, dim=-1).numpy().astype(np.float32)
+
+
+def _bucket(width: int) -> int:
+    """Round a padded width up to a multiple of 16: a bounded set of input shapes keeps oneDNN's
+    per-shape kernel cache (and so the process's memory) from growing page after page."""
+    return -(-width // 16) * 16

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from docrefrag_core.chunking import retrieval_vectors
 from docrefrag_core.page_encoder import PageEncoder, PageTokens, default_encoder
 from indexes.errors import EncoderError, IngestError
-from indexes.pages import IMAGE_SUFFIXES, DocSource, PageParser, ParsedPage, image_folder_source, page_count
+from indexes.pages import IMAGE_SUFFIXES, DocSource, PageParser, ParsedPage, image_folder_source, inspect_source
 from indexes.store import Store
 
 logger = logging.getLogger(__name__)
@@ -53,12 +53,13 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[DocSource], list[IngestR
             if path.is_file():
                 if path.suffix.lower() != ".pdf":
                     raise IngestError(f"{path}: unsupported file type {path.suffix or '(none)'!r}; docrefrag ingests "
-                                      "PDF files and folders of page images (PNG/JPEG)")
+                                      "PDF files and folders of page images (PNG/JPEG): convert it to PDF first")
                 sources.append(DocSource("pdf", path.resolve()))
             elif path.is_dir():
                 found = _scan_folder(path.resolve())
                 if not found:
-                    raise IngestError(f"{path}: no PDF files or page images in this folder")
+                    raise IngestError(f"{path}: no PDF files or page images in this folder; "
+                                      "pass PDF files, folders of PDFs, or folders of PNG/JPEG page images")
                 sources.extend(found)
             else:
                 raise IngestError(f"{path}: no such file or folder; check the path")
@@ -197,9 +198,9 @@ class Ingestor:
     def _ingest_one(self, source: DocSource) -> IngestResult:
         doc_id, size = content_hash(source)
         known = self.store.find(doc_id)
-        if known is not None and known.status == "ready":
-            return IngestResult(str(source.path), "unchanged", doc_id, known.n_pages, known.ocr_pages, known.failed_pages)
-        n_pages = page_count(source)
+        if known is not None and known.status == "ready" and known.failed_pages == 0:
+            return IngestResult(str(source.path), "unchanged", doc_id, known.n_pages, known.ocr_pages, 0)
+        n_pages, warning = inspect_source(source)
         replaces = any(d.source == str(source.path) and d.doc_id != doc_id for d in self.store.documents())
         self.store.begin_document(doc_id, source.name, str(source.path), source.kind, n_pages, size)
         done = self.store.pages_done(doc_id)
@@ -224,9 +225,12 @@ class Ingestor:
                 f.cancel()
         self.store.finish_document(doc_id)
         info = self.store.find(doc_id)
-        status: Status = "resumed" if done else ("replaced" if replaces else "added")
+        status: Status = "resumed" if known is not None else ("replaced" if replaces else "added")
+        errors = self.store.page_errors(doc_id)
+        notes = [warning] if warning else []
+        notes += errors[:3] + ([f"and {len(errors) - 3} more failed pages"] if len(errors) > 3 else [])
         return IngestResult(str(source.path), status, doc_id, info.n_pages, info.ocr_pages, info.failed_pages,
-                            timings=timings)
+                            message="; ".join(notes), timings=timings)
 
     def _commit(self, doc_id: str, result: PageResult, timings: dict) -> None:
         for key, value in result.seconds.items():

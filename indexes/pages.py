@@ -86,7 +86,7 @@ def page_number(path: Path) -> int:
 def image_folder_source(folder: Path) -> DocSource:
     files = sorted((p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES), key=page_number)
     if not files:
-        raise IngestError(f"{folder}: no PNG/JPEG page images in this folder")
+        raise IngestError(f"{folder}: no PNG/JPEG page images in this folder; point ingest at PDFs or at a folder of page images")
     numbers = [page_number(p) for p in files]
     if len(set(numbers)) != len(numbers):
         raise IngestError(f"{folder}: two page images carry the same page number; rename them so each is unique")
@@ -108,15 +108,18 @@ def open_pdf(path: Path) -> pymupdf.Document:
         raise IngestError(f"{path}: the PDF is encrypted; decrypt it first (e.g. `qpdf --decrypt --password=PW in.pdf out.pdf`)")
     if doc.page_count == 0:
         doc.close()
-        raise IngestError(f"{path}: the PDF has no pages")
+        raise IngestError(f"{path}: the PDF has no pages; re-export it from its source application")
     return doc
 
 
-def page_count(source: DocSource) -> int:
+def inspect_source(source: DocSource) -> tuple[int, str]:
+    """(page count, a warning for the user or ""); raises IngestError for an unusable document."""
     if source.kind == "images":
-        return len(source.files)
+        return len(source.files), ""
     with open_pdf(source.path) as doc:
-        return doc.page_count
+        warning = ("the PDF was damaged and PyMuPDF repaired it, so pages may be incomplete; "
+                   "re-export it if content is missing") if doc.is_repaired else ""
+        return doc.page_count, warning
 
 
 class PageParser:
@@ -137,12 +140,11 @@ class PageParser:
             if self._doc is not None:
                 return self._parse_pdf_page(index)
             return self._parse_image_page(index)
-        except IngestError:
-            raise
         except Exception as e:  # a broken page must not stop the document
             logger.warning("page %d of %s failed: %s", index + 1, self.source.path, e)
             return ParsedPage(index + 1, 1.0, 1.0, [], [], "", [], False, b"", np.zeros((1, 1, 3), np.uint8),
-                              error=f"page {index + 1} could not be parsed: {e}")
+                              error=f"page {index + 1} could not be parsed ({e}); fix or replace the page and "
+                                    "rerun the ingest to retry it")
 
     def _parse_pdf_page(self, index: int) -> ParsedPage:
         page = self._doc[index]
@@ -175,9 +177,10 @@ class PageParser:
         chunk = pymupdf4llm.to_markdown(self._doc, pages=[index], hdr_info=self._headers, page_chunks=True,
                                         show_progress=False, ignore_images=True, graphics_limit=5000,
                                         table_strategy=strategy)[0]
+        page = self._doc[index]
         blocks = [Block("table", *t["bbox"]) for t in chunk.get("tables", [])]
-        blocks += [Block("figure", *i["bbox"]) for i in chunk.get("images", [])]
-        blocks += [Block("drawing", *g["bbox"]) for g in chunk.get("graphics", [])]
+        blocks += _image_blocks(page)
+        blocks += [Block("drawing", *r) for r in page.cluster_drawings()]
         return chunk["text"].strip(), blocks
 
     def _parse_image_page(self, index: int) -> ParsedPage:
@@ -187,7 +190,7 @@ class PageParser:
                 im.load()
                 rgb = im.convert("RGB")
         except Exception as e:
-            raise IngestError(f"{path}: not a readable image ({e}); re-export it as PNG or JPEG") from e
+            raise ValueError(f"{path.name} is not a readable image ({e}); re-export it as PNG or JPEG") from e
         scale = 72 / RENDER_DPI
         if max(rgb.size) > MAX_RENDER_SIDE:
             factor = MAX_RENDER_SIDE / max(rgb.size)

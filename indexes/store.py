@@ -278,7 +278,12 @@ class Store:
                             (doc_id, name, source, kind, n_pages, size, time.time()))
 
     def pages_done(self, doc_id: str) -> set[int]:
-        return {r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ?", (doc_id,))}
+        """Pages stored without error (a failed page is retried by the next ingest)."""
+        return {r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? AND error IS NULL", (doc_id,))}
+
+    def page_errors(self, doc_id: str) -> list[str]:
+        return [r[0] for r in self.db.execute(
+            "SELECT error FROM pages WHERE doc_id = ? AND error IS NOT NULL ORDER BY page", (doc_id,))]
 
     def add_page(self, doc_id: str, parsed: ParsedPage, tokens: PageTokens | None) -> None:
         """Write one page (render file first, then one transaction for its rows)."""

@@ -1,10 +1,10 @@
 """Shared fixtures: the real default text embedder and page encoder (loaded once per session),
 ingest into a store in tmp_path, cheap generated PDFs, and a store-consistency check.
 
-Torch runs single-threaded here: on a 2-core machine with another job on one core, a MiniLM
-forward over a 30-word block took 0.83 s with torch's default 2 threads and 0.02 s with 1
-(the second thread spins waiting for a busy core), which decides whether the suite takes
-seconds or minutes. Subprocesses get the same setting through `subprocess_env()`.
+Torch runs single-threaded here, as in the ingest workers: on a 2-core machine with another job on
+one core, a MiniLM forward over a 30-word block took 0.83 s with torch's default 2 threads and
+0.02 s with 1 (the second thread waits on a busy core). Subprocesses get the same setting through
+`subprocess_env()`.
 """
 
 from __future__ import annotations
@@ -48,14 +48,23 @@ def encoder(embedder):
 
 
 @pytest.fixture(scope="session")
-def ingest(encoder) -> Callable[..., list[IngestResult]]:
-    """ingest(store, *paths) -> results, with one parse worker and no progress bar."""
+def ingest() -> Iterator[Callable[..., list[IngestResult]]]:
+    """ingest(store, *paths) -> results, as `docrefrag ingest --workers 1` does it: one worker process
+    parses and encodes with its own single-threaded default encoder; no progress bar.
 
-    def run(store: Store, *paths: Path | str) -> list[IngestResult]:
-        with Ingestor(store, encoder, workers=1, show_progress=False) as ingestor:
-            return ingestor.ingest(paths)
+    One Ingestor serves the session, its `store` set per call: its worker loads MiniLM once
+    (about 5 s on this machine) instead of once per ingest.
+    """
+    with Ingestor(None, workers=1, show_progress=False) as ingestor:
 
-    return run
+        def run(store: Store, *paths: Path | str) -> list[IngestResult]:
+            ingestor.store = store
+            try:
+                return ingestor.ingest(paths)
+            finally:
+                ingestor.store = None
+
+        yield run
 
 
 @pytest.fixture
@@ -143,10 +152,11 @@ def _check_consistent(store: Store) -> None:
         for p in worded:
             assert store.render_path(doc_id, p).is_file(), f"{doc_id} page {p} has no render"
         visual_pages = store.visual.doc_pages(doc_id)
+        where = f"{doc_id}: vectors for {sorted(visual_pages)}, pages with words {sorted(worded)}"
         if d.status == "ready":
-            assert visual_pages == worded, f"{doc_id}: vectors for {sorted(visual_pages)}, pages with words {sorted(worded)}"
+            assert visual_pages == worded, where
         else:  # a page's vectors are upserted just before its rows commit (idempotently, by point id)
-            assert worded <= visual_pages <= set(range(1, d.n_pages + 1)), f"{doc_id}: vectors for {sorted(visual_pages)}"
+            assert worded <= visual_pages <= set(range(1, d.n_pages + 1)), where
         visual_total += len(visual_pages)
         if d.status == "ready":
             expected_bm25 |= {(doc_id, p) for p in chunk_pages}

@@ -5,7 +5,6 @@ generated with PyMuPDF and parsed by indexes.pages.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pymupdf
@@ -111,10 +110,6 @@ def test_filled_rectangle_changes_the_visual_features_of_its_cells(pages, encode
     np.testing.assert_allclose(cover[outside], 0.0, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product bug: PageParser._markdown takes drawing blocks from pymupdf4llm's page chunk 'graphics', which "
-    "pymupdf4llm 0.2.0 always returns empty, and figure blocks from 'images', empty with ignore_images=True; "
-    "so a text-layer page never gets drawing/figure blocks and drawing_cover/figure_cover stay 0"))
 def test_parser_reports_the_filled_rectangle_as_a_drawing(pages):
     _, filled = pages
     drawings = [b for b in filled.blocks if b.kind in ("drawing", "figure")]
