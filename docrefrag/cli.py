@@ -52,6 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(docs)
     docs.add_argument("--json", action="store_true")
 
+    ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")
+    ask.add_argument("question")
+    _store_args(ask)
+    ask.add_argument("--doc", action="append", default=None, help="restrict to this document (id, prefix or name); repeatable")
+    ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
+                                                 "(key from $OPENAI_API_KEY), or package.module:factory")
+    ask.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
+    ask.add_argument("--pages", type=int, default=None, help="pages the answer agent reads (default 3)")
+    ask.add_argument("--json", action="store_true")
+    ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
+    ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
+
     ev = sub.add_parser("eval", help="run a benchmark (MMLongBench-Doc or LongDocURL) on its data folder")
     ev.add_argument("benchmark", choices=["mmlongbench", "longdocurl"])
     ev.add_argument("--data", type=Path, required=True, help="folder with samples.json and the documents")
@@ -176,6 +188,42 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from graph.context import AskConfig
+
+    config = AskConfig()
+    if args.max_rounds is not None:
+        config = replace(config, max_rounds=args.max_rounds)
+    if args.pages is not None:
+        config = replace(config, pages=args.pages)
+
+    def show(node: str, update: dict) -> None:
+        for entry in update.get("trace", []):
+            detail = {k: v for k, v in entry.items() if k in ("answer", "confidence", "query", "note", "round")}
+            if entry.get("hits"):
+                detail["pages"] = [h["page"] for h in entry["hits"][:5]]
+            print(f"[{node}] {json.dumps(detail, default=str)[:160]}", file=sys.stderr, flush=True)
+
+    with _api(args) as dr:
+        result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=config,
+                        on_event=None if args.quiet or args.json else show)
+        names = {d.doc_id: d.name for d in dr.docs()}
+    if args.json:
+        print(json.dumps(asdict(result), indent=2, default=str))
+        return EXIT_OK
+    print(f"answer: {result.answer}")
+    for claim in result.claims:
+        for c in claim["citations"]:
+            box = "" if c["bbox"] is None else " region (" + ", ".join(f"{v:.0f}" for v in c["bbox"]) + ")"
+            print(f"  cited: {names.get(c['doc_id'], c['doc_id'])} page {c['page']}{box}: {' '.join(c['snippet'].split())[:100]}")
+    print(f"confidence {result.confidence:.2f}, {result.rounds} round(s), {result.seconds:.1f} s, run id {result.thread_id}")
+    if args.trace:
+        print(json.dumps(result.trace, indent=2, default=str))
+    return EXIT_OK
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from evals.retrieval import markdown_table
     from evals.run import run_retrieval
@@ -214,5 +262,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "eval": cmd_eval,
+COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask, "eval": cmd_eval,
             "demo": cmd_demo}

@@ -32,7 +32,8 @@ class RetrievalReport:
     methods: dict[str, dict[str, float]]  # method -> mean metric
     questions: int  # questions scored (answerable, with evidence pages, document present)
     skipped: dict[str, int]
-    latency_ms: dict[str, float]
+    latency_ms: dict[str, float]  # p50, p95
+    latencies_ms: list[float]
 
 
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
@@ -71,7 +72,8 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
     per_method = {m: mean_metrics([{k: v for k, v in r[m].items() if k != "ranked"} for r in scored]) for m in methods}
     lat = np.array([r["latency_ms"] for r in scored]) if scored else np.zeros(1)
     return RetrievalReport(per_method, len(scored), skipped,
-                           {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95))})
+                           {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95))},
+                           [float(x) for x in lat])
 
 
 def markdown_table(report: RetrievalReport, keys: Sequence[str] = ("recall@1", "recall@3", "recall@5", "recall@10",

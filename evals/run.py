@@ -9,6 +9,7 @@ from datetime import date
 from pathlib import Path
 
 from evals.datasets import Benchmark, document_sources, load_questions, split_available
+from evals.report import latency_histogram, recall_curves
 from evals.retrieval import RetrievalReport, evaluate_retrieval, markdown_table
 from indexes.hybrid import HybridSearcher
 from indexes.ingest import Ingestor
@@ -45,10 +46,14 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark}-retrieval.jsonl",
                                 show_progress=show_progress)
     report.skipped["document_missing"] += len(missing)
-    summary = {"benchmark": benchmark, "date": date.today().isoformat(), "questions": report.questions,
-               **asdict(report)}
+    summary = {"benchmark": benchmark, "date": date.today().isoformat(),
+               **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
     (out_dir / f"{benchmark}-retrieval.json").write_text(json.dumps(summary, indent=2))
+    curves = recall_curves(report.methods, out_dir / f"{benchmark}-recall.png", f"{benchmark}: page recall")
+    latency = latency_histogram(report.latencies_ms, out_dir / f"{benchmark}-latency.png",
+                                f"{benchmark}: retrieval latency per question")
     (out_dir / f"{benchmark}-retrieval.md").write_text(
         f"# {benchmark} retrieval ({report.questions} questions, {date.today().isoformat()})\n\n"
-        + markdown_table(report) + "\n")
+        + markdown_table(report) + f"\n\nSkipped: {report.skipped}\n\n"
+        + f"![recall]({curves.name})\n\n![latency]({latency.name})\n")
     return report

@@ -45,8 +45,13 @@ class HybridSearcher:
     def __init__(self, store: Store, embedder: "TextEmbedder", n_candidates: int = 50) -> None:
         self.store, self.embedder, self.n_candidates = store, embedder, n_candidates
 
-    def candidates(self, query: str, doc_ids: Sequence[str] | None = None, k: int = 0) -> Candidates:
-        """Union of each branch's top `max(n_candidates, k)` pages with both branch scores."""
+    def candidates(self, query: str, doc_ids: Sequence[str] | None = None, k: int = 0,
+                   dense_query: str | None = None) -> Candidates:
+        """Union of each branch's top `max(n_candidates, k)` pages with both branch scores.
+
+        `query` feeds BM25; the dense branch embeds `dense_query` if given (e.g. the question plus a
+        hypothetical answer passage), else `query`.
+        """
         if not query.strip():
             raise ValueError("the query is empty; pass some words to search for")
         ready = set(self.store.ready_ids())
@@ -58,7 +63,7 @@ class HybridSearcher:
         positions, scores = bm25.page_scores(query, scope)
         top = np.argsort(-scores, kind="stable")[:n]
         sparse_by_key = {bm25.page_keys[positions[i]]: float(scores[i]) for i in top}
-        query_vec = self.embedder.embed_queries([query])[0]
+        query_vec = self.embedder.embed_queries([dense_query or query])[0]
         dense_by_key = {(h.doc_id, h.page): h.score for h in self.store.visual.search(query_vec, k=n, doc_ids=scope)}
         keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
         sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
@@ -70,7 +75,10 @@ class HybridSearcher:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         cands = self.candidates(query, doc_ids, k)
-        fused = fuse(cands.sparse, cands.dense, method)
+        return self.to_hits(cands, fuse(cands.sparse, cands.dense, method), query, k)
+
+    def to_hits(self, cands: Candidates, fused: np.ndarray, query: str, k: int) -> list[Hit]:
+        """The top-k candidates by `fused`, each with its best BM25 chunk as region and snippet."""
         order = np.argsort(-fused, kind="stable")[:k]
         chosen = [cands.keys[i] for i in order]
         bm25 = self.store.bm25()

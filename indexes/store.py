@@ -239,6 +239,11 @@ class Store:
             raise StoreError(f"no chunk {chunk} on page {page} of document {doc_id}")
         return ChunkRecord(doc_id, page, chunk, row[0], tuple(row[1:]))
 
+    def page_chunks(self, doc_id: str, page: int) -> list[ChunkRecord]:
+        rows = self.db.execute("SELECT chunk, text, x0, y0, x1, y1 FROM chunks WHERE doc_id = ? AND page = ? ORDER BY chunk",
+                               (doc_id, page)).fetchall()
+        return [ChunkRecord(doc_id, page, r[0], r[1], tuple(r[2:])) for r in rows]
+
     def render_path(self, doc_id: str, page: int) -> Path:
         return self.root / "renders" / doc_id / f"{page}.jpg"
 

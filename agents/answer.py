@@ -1,0 +1,90 @@
+"""The answer agent: read the top pages with a chat model, answer briefly, cite page and region.
+
+Reading is query-focused: a page whose markdown fits the per-page budget is read whole (tables
+keep their structure); a longer page is cut to its chunks that share most words with the question,
+kept in page order. The answer is then located on the pages read: the citation is the chunk (box
+and snippet) that contains most of the answer's words.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from agents import prompts
+from agents.llm import invoke_llm
+from agents.schemas import Citation, Claim
+from indexes.bm25 import tokenize
+from indexes.hybrid import Hit
+from indexes.store import ChunkRecord, Store
+
+logger = logging.getLogger(__name__)
+
+NOT_ANSWERABLE = "Not answerable"
+
+
+@dataclass
+class PageText:
+    doc_id: str
+    page: int
+    text: str
+    chunks: list[ChunkRecord]
+
+
+def page_texts(store: Store, hits: list[Hit], question: str, chars_per_page: int) -> list[PageText]:
+    terms = set(tokenize(question))
+    out = []
+    for hit in hits:
+        record = store.page(hit.doc_id, hit.page)
+        chunks = store.page_chunks(hit.doc_id, hit.page)
+        if len(record.markdown) <= chars_per_page:
+            text = record.markdown
+        else:
+            scored = sorted(chunks, key=lambda c: -len(terms & set(tokenize(c.text))))
+            kept, size = [], 0
+            for c in scored:
+                if size + len(c.text) > chars_per_page and kept:
+                    break
+                kept.append(c)
+                size += len(c.text)
+            text = "\n".join(c.text for c in sorted(kept, key=lambda c: c.chunk))[:chars_per_page]
+        out.append(PageText(hit.doc_id, hit.page, text, chunks))
+    return out
+
+
+def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int]:
+    """(short answer, output tokens)."""
+    context = "\n\n".join(f"[Page {p.page}]\n{p.text}" for p in pages)
+    reply = invoke_llm(llm, [SystemMessage(prompts.ANSWER_SYSTEM),
+                             HumanMessage(prompts.ANSWER_USER.format(pages=context, question=question))],
+                       stop=["\n"])
+    text = str(reply.content).strip()
+    answer = text.splitlines()[0].strip() if text else ""
+    answer = re.sub(r"^(short answer|answer)\s*:\s*", "", answer, flags=re.I).strip().strip('"')
+    usage = getattr(reply, "usage_metadata", None) or {}
+    return answer or NOT_ANSWERABLE, int(usage.get("output_tokens", 0))
+
+
+def cite(answer: str, pages: list[PageText]) -> list[Claim]:
+    """One claim (the answer) cited by the chunk that holds most of its words, on the pages read."""
+    if is_unanswerable(answer) or not pages:
+        return []
+    words = set(tokenize(answer)) or set(answer.lower().split())
+    best: tuple[float, PageText, ChunkRecord | None] = (-1.0, pages[0], None)
+    for p in pages:
+        for c in p.chunks:
+            score = len(words & set(tokenize(c.text))) / max(len(words), 1)
+            if score > best[0]:
+                best = (score, p, c)
+    _, page, chunk = best
+    citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
+                        snippet=chunk.text[:300] if chunk else page.text[:300])
+    return [Claim(text=answer, citations=[citation])]
+
+
+def is_unanswerable(answer: str) -> bool:
+    return answer.strip().lower().rstrip(".") in {"not answerable", "unanswerable", "none", ""}

@@ -1,0 +1,30 @@
+"""Prompt templates of the agents (short: the default local model has 135M parameters)."""
+
+HYDE = (
+    "Write two sentences that could appear on a page of a report and that answer the question. "
+    "Invent plausible details; do not say you are unsure.\n\nQuestion: {question}"
+)
+
+DECOMPOSE = (
+    "Split the question into the smallest self-contained questions needed to answer it "
+    "(one question if it asks for one fact).\n\nQuestion: {question}"
+)
+
+ANSWER_SYSTEM = (
+    "You answer questions about a document using only the pages given. Reply with the short answer "
+    "only (a number, a name, a short phrase or a list), no explanation. If the pages do not contain "
+    "the answer, reply exactly: Not answerable"
+)
+
+ANSWER_USER = "{pages}\n\nQuestion: {question}\nShort answer:"
+
+VALIDATE = (
+    "Evidence:\n{evidence}\n\nQuestion: {question}\nProposed answer: {answer}\n\n"
+    "Does the evidence state this answer? Reply Yes or No."
+)
+
+REFINE = (
+    "A search for the answer to a question found pages that do not support an answer. Rewrite the "
+    "question as a search query with other words that the right page may contain.\n\n"
+    "Question: {question}\nPrevious query: {query}\nNew query:"
+)

@@ -1,0 +1,58 @@
+"""The retrieval agent: a plan -> ranked pages, through the hybrid searcher.
+
+Each sub-query is searched on both branches: BM25 gets the sub-query plus the plan's keywords and
+anchors, the dense branch the sub-query plus the HyDE passage. Per sub-query the branches are
+fused (consistency-penalised fusion by default); across sub-queries the page lists are merged by
+reciprocal rank, so a page needed by any sub-query can surface.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from agents.schemas import Plan
+from indexes.fusion import RRF_K, FusionMethod, fuse
+from indexes.hybrid import Hit, HybridSearcher
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueryRun:
+    sparse_query: str
+    dense_query: str
+    hits: list[Hit]
+    top_overlap: float  # share of the two branches' top-5 pages in common (low: the branches disagree)
+
+
+def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Sequence[str] | None, k: int,
+                method: FusionMethod, exclude: set[tuple[str, int]] = frozenset()) -> tuple[list[Hit], list[QueryRun]]:
+    runs: list[QueryRun] = []
+    merged: dict[tuple[str, int], float] = {}
+    best_hit: dict[tuple[str, int], Hit] = {}
+    extra = " ".join([*plan.keywords, *plan.visual_anchors])
+    for query in plan.sub_queries or [question]:
+        sparse_query = f"{query} {extra}".strip()
+        dense_query = f"{query} {plan.hyde}".strip()
+        cands = searcher.candidates(sparse_query, doc_ids, k=k, dense_query=dense_query)
+        if not cands.keys:
+            continue
+        fused = fuse(cands.sparse, cands.dense, method)
+        hits = searcher.to_hits(cands, fused, sparse_query, max(k * 2, 10))
+        runs.append(QueryRun(sparse_query, dense_query, hits[:k], _top_overlap(cands.sparse, cands.dense)))
+        for rank, hit in enumerate(h for h in hits if (h.doc_id, h.page) not in exclude):
+            key = (hit.doc_id, hit.page)
+            merged[key] = merged.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+            best_hit.setdefault(key, hit)
+    ranked = sorted(merged, key=lambda key: -merged[key])[:k]
+    return [best_hit[key] for key in ranked], runs
+
+
+def _top_overlap(sparse: np.ndarray, dense: np.ndarray, n: int = 5) -> float:
+    s = set(np.argsort(-np.nan_to_num(sparse, nan=-np.inf), kind="stable")[:n])
+    d = set(np.argsort(-np.nan_to_num(dense, nan=-np.inf), kind="stable")[:n])
+    return len(s & d) / n

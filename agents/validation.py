@@ -1,0 +1,49 @@
+"""The validation agent: is the answer supported by the evidence it cites? -> Verdict.
+
+Two checks, averaged into the confidence: (1) lexical support, the share of the answer's words and
+numbers found in the cited chunk's page text (numbers must match exactly); (2) the chat model's
+Yes/No judgement on the cited evidence. An unanswerable answer is never "supported": it asks for
+another round of search while rounds remain.
+"""
+
+from __future__ import annotations
+
+import re
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+
+from agents import prompts
+from agents.answer import PageText, is_unanswerable
+from agents.llm import invoke_llm
+from agents.schemas import Claim, Verdict
+from indexes.bm25 import tokenize
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def lexical_support(answer: str, evidence: str) -> float:
+    words = set(tokenize(answer))
+    numbers = set(_NUMBER.findall(answer))
+    if not words and not numbers:
+        return 0.0
+    text_words = set(tokenize(evidence))
+    text_numbers = set(_NUMBER.findall(evidence))
+    found = len(words & text_words) + len(numbers & text_numbers)
+    return found / (len(words) + len(numbers))
+
+
+def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText], llm: BaseChatModel | None) -> Verdict:
+    if is_unanswerable(answer) or not claims:
+        return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
+    cited = {(c.doc_id, c.page) for claim in claims for c in claim.citations}
+    evidence = "\n".join(p.text for p in pages if (p.doc_id, p.page) in cited)
+    lexical = lexical_support(answer, evidence)
+    scores = [lexical]
+    if llm is not None:
+        reply = invoke_llm(llm, [HumanMessage(prompts.VALIDATE.format(evidence=evidence[:2000], question=question,
+                                                                      answer=answer))], stop=["\n"])
+        scores.append(1.0 if str(reply.content).strip().lower().startswith("yes") else 0.0)
+    confidence = sum(scores) / len(scores)
+    missing = "" if lexical >= 0.5 else f"the pages read do not contain {answer!r}"
+    return Verdict(supported=confidence >= 0.5, confidence=round(confidence, 3), missing=missing)

@@ -1,0 +1,43 @@
+"""Run-time context of the graph: the things a run uses but does not persist (store, models, config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from langchain_core.language_models import BaseChatModel
+
+from indexes.fusion import FusionMethod
+from indexes.hybrid import HybridSearcher
+from indexes.store import Store
+
+
+@dataclass(frozen=True)
+class AskConfig:
+    max_rounds: int = field(default=2, metadata={"help": "retrieval rounds at most (1 = no refinement)"})
+    tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined"})
+    pages: int = field(default=3, metadata={"help": "pages the answer agent reads"})
+    chars_per_page: int = field(default=1500, metadata={"help": "characters of each page the answer agent reads"})
+    fusion: FusionMethod = field(default="sum", metadata={"help": "fusion of the sparse and dense branches"})
+    hyde: bool = field(default=True, metadata={"help": "write a hypothetical answer passage for the dense branch"})
+    decompose: bool = field(default=True, metadata={"help": "split the question into sub-queries"})
+    time_budget_s: float = field(default=120.0, metadata={"help": "no new round starts after this many seconds"})
+    token_budget: int = field(default=2048, metadata={"help": "no new round starts after this many LLM output tokens"})
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        if not 0.0 <= self.tau <= 1.0:
+            raise ValueError(f"tau is a confidence in [0, 1], got {self.tau}")
+        if self.pages < 1:
+            raise ValueError(f"pages must be >= 1, got {self.pages}")
+
+
+@dataclass
+class AskContext:
+    store: Store
+    searcher: HybridSearcher
+    llm: BaseChatModel
+    config: AskConfig = field(default_factory=AskConfig)
+    # (question, hits) -> one relevance score per hit; None keeps the fused order (the reader plugs in here)
+    reranker: Callable[[str, Sequence], list[float]] | None = None

@@ -1,0 +1,155 @@
+"""The ask graph: plan -> retrieve -> rerank -> answer -> validate -> done | refine -> retrieve ...
+
+Nodes are small functions named by verb; each returns a partial state and appends one trace entry.
+Any node can be replaced by a callable with the same signature (`build_graph(nodes={...})`, or a
+dotted import path "package.module:function" from the CLI/API configuration).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from dataclasses import asdict
+from typing import Callable, Literal
+
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from agents import prompts
+from agents.answer import PageText, answer_question, cite, page_texts
+from agents.llm import invoke_llm
+from agents.planner import plan_question
+from agents.retrieval import search_plan
+from agents.schemas import Claim, Plan
+from agents.validation import validate
+from graph.context import AskContext
+from graph.state import AskState
+from indexes.hybrid import Hit
+
+logger = logging.getLogger(__name__)
+
+Node = Callable[[AskState, Runtime[AskContext]], dict]
+
+
+def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    cfg = runtime.context.config
+    p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose, hyde=cfg.hyde)
+    return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": time.time(),
+            "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
+
+
+def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    ctx, cfg = runtime.context, runtime.context.config
+    p = Plan(**state["plan"])
+    k = cfg.pages + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
+    hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, 10), cfg.fusion)
+    queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap} for r in runs]
+    return {"hits": [asdict(h) for h in hits],
+            "trace": [{"node": "retrieve", "round": state.get("round", 1), "queries": queries,
+                       "hits": [_hit_summary(h) for h in hits]}]}
+
+
+def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """Reorder the retrieved pages with the context's reranker; without one the fused order stays."""
+    reranker = runtime.context.reranker
+    if reranker is None:
+        return {"trace": [{"node": "rerank", "note": "no reranker configured; fused order kept"}]}
+    hits = [Hit(**h) for h in state["hits"]]
+    scores = reranker(state["question"], hits)
+    ranked = sorted(zip(hits, scores), key=lambda x: -x[1])
+    return {"hits": [{**asdict(h), "rerank": float(s)} for h, s in ranked],
+            "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h, _ in ranked]}]}
+
+
+def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    ctx, cfg = runtime.context, runtime.context.config
+    hits = [Hit(**h) for h in state["hits"]][: cfg.pages + 2 * (state.get("round", 1) - 1)]
+    pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
+    text, tokens = answer_question(state["question"], pages, ctx.llm)
+    claims = cite(text, pages)
+    update = {"answer": text, "claims": [c.model_dump() for c in claims],
+              "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text} for p in pages],
+              "tokens": state.get("tokens", 0) + tokens,
+              "trace": [{"node": "answer", "answer": text, "pages": [(p.doc_id, p.page) for p in pages]}]}
+    if "ttft_s" not in state:
+        update["ttft_s"] = time.time() - state.get("started_at", time.time())
+    return update
+
+
+def validate_answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    ctx = runtime.context
+    pages = [PageText(r["doc_id"], r["page"], r["text"], ctx.store.page_chunks(r["doc_id"], r["page"]))
+             for r in state.get("read", [])]
+    verdict = validate(state["question"], state["answer"], [Claim(**c) for c in state.get("claims", [])], pages, ctx.llm)
+    return {"verdict": verdict.model_dump(), "trace": [{"node": "validate", **verdict.model_dump()}]}
+
+
+def refine(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    ctx = runtime.context
+    p = Plan(**state["plan"])
+    previous = p.sub_queries[0] if p.sub_queries else state["question"]
+    reply = invoke_llm(ctx.llm, [HumanMessage(prompts.REFINE.format(question=state["question"], query=previous))],
+                       stop=["\n"])
+    new_query = str(reply.content).strip().splitlines()[0].strip() if str(reply.content).strip() else ""
+    if not new_query or new_query == previous:
+        new_query = f"{state['question']} {state['verdict'].get('missing', '')}".strip()
+    p.sub_queries = [new_query, state["question"]]
+    return {"plan": p.model_dump(), "round": state.get("round", 1) + 1,
+            "trace": [{"node": "refine", "previous": previous, "query": new_query,
+                       "reason": state["verdict"].get("missing", "")}]}
+
+
+def route_after_validate(state: AskState, runtime: Runtime[AskContext]) -> Literal["refine", "__end__"]:
+    cfg = runtime.context.config
+    verdict = state.get("verdict", {})
+    if verdict.get("confidence", 0.0) >= cfg.tau:
+        return END
+    if state.get("round", 1) >= cfg.max_rounds:
+        return END
+    if time.time() - state.get("started_at", time.time()) > cfg.time_budget_s or state.get("tokens", 0) > cfg.token_budget:
+        return END
+    return "refine"
+
+
+def _hit_summary(h: Hit) -> dict:
+    return {"doc_id": h.doc_id, "page": h.page, "fused": round(h.fused, 4),
+            "sparse": None if h.sparse is None else round(h.sparse, 3),
+            "dense": None if h.dense is None else round(h.dense, 3),
+            "rerank": None if h.rerank is None else round(h.rerank, 3)}
+
+
+NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "rerank": rerank, "answer": answer,
+                          "validate": validate_answer, "refine": refine}
+
+
+def load_callable(path: str) -> Callable:
+    """"package.module:function" -> the function (for replacing nodes and adding tools by configuration)."""
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise ValueError(f"expected 'package.module:function', got {path!r}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"cannot import {path!r}: {e}") from e
+
+
+def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
+    """Compile the ask graph; `nodes` replaces any of NODES by a callable or a dotted path."""
+    chosen = dict(NODES)
+    for name, node in (nodes or {}).items():
+        if name not in NODES:
+            raise ValueError(f"unknown node {name!r}; the graph's nodes are {', '.join(NODES)}")
+        chosen[name] = load_callable(node) if isinstance(node, str) else node
+    builder = StateGraph(AskState, context_schema=AskContext)
+    for name, fn in chosen.items():
+        builder.add_node(name, fn)
+    builder.add_edge(START, "plan")
+    builder.add_edge("plan", "retrieve")
+    builder.add_edge("retrieve", "rerank")
+    builder.add_edge("rerank", "answer")
+    builder.add_edge("answer", "validate")
+    builder.add_conditional_edges("validate", route_after_validate, ["refine", END])
+    builder.add_edge("refine", "retrieve")
+    return builder.compile(checkpointer=checkpointer)

@@ -1,0 +1,23 @@
+"""The graph's state: ids, text and scores only (no tensors, images or handles), so any LangGraph
+checkpointer can persist it and a run can be resumed or inspected."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, TypedDict
+
+
+class AskState(TypedDict, total=False):
+    question: str
+    doc_ids: list[str] | None  # None: the whole store
+    plan: dict  # agents.schemas.Plan as a dict
+    hits: list[dict]  # pages retrieved this round: doc_id, page, fused, sparse, dense, rerank, bbox, snippet
+    read: list[dict]  # pages given to the answer agent: doc_id, page, text
+    answer: str
+    claims: list[dict]  # agents.schemas.Claim as dicts
+    verdict: dict  # agents.schemas.Verdict as a dict
+    round: int  # 1-based retrieval round
+    tokens: int  # LLM output tokens spent so far
+    started_at: float  # time.time() at the start of the run
+    ttft_s: float  # seconds until the answer's first (and only) generation finished
+    trace: Annotated[list[dict], operator.add]  # one entry per node run, appended

@@ -1,0 +1,384 @@
+"""The LLM factory: the real local SmolLM2 as a chat model, structured output on real and scripted
+models, and OpenAI-compatible endpoints served by real HTTP servers on 127.0.0.1 (answering,
+hanging, garbling, refusing) reached through langchain-openai's own HTTP client.
+
+Servers bind to 127.0.0.1 on port 0, count their requests, and a hanging handler waits at most
+10 s (released at teardown). The local model runs single-threaded, as in conftest.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models load with local_files_only=True anyway
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Literal
+
+import openai
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel, ParrotFakeChatModel
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, Field
+
+from agents.llm import (
+    LLMOutputError,
+    LLMUnavailableError,
+    LocalChatModel,
+    OpenAIEndpoint,
+    invoke_llm,
+    make_llm,
+    structured,
+)
+
+QUESTION = [SystemMessage("You answer briefly."), HumanMessage("What is the capital of France?")]
+
+
+class Verdict(BaseModel):
+    supported: bool
+    confidence: float = Field(ge=0, le=1)
+
+
+# ---------------------------------------------------------------- the local model
+
+
+@pytest.fixture(scope="session")
+def local() -> LocalChatModel:
+    import torch
+
+    torch.set_num_threads(1)
+    return LocalChatModel(max_new_tokens=24)
+
+
+def test_local_invoke_returns_text_and_usage(local):
+    reply = local.invoke(QUESTION)
+    assert reply.text.strip()
+    usage = reply.usage_metadata
+    assert usage["input_tokens"] > 10 and 0 < usage["output_tokens"] <= 24
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    assert reply.response_metadata["finish_reason"] in ("stop", "length")
+    assert reply.response_metadata["token_usage"]["completion_tokens"] == usage["output_tokens"]
+    assert local._llm_type == "docrefrag-local"
+
+
+def test_local_model_is_loaded_once(local):
+    from agents.llm import _load
+
+    again = LocalChatModel(path=local.path)
+    assert _load(again.path) is _load(local.path)
+
+
+def test_local_stop_truncates(local):
+    full = local.invoke(QUESTION).text
+    words = full.split()
+    assert len(words) >= 2, full
+    stop = " " + words[1]  # cut before the second word
+    cut = local.invoke(QUESTION, stop=[stop])
+    assert cut.text == full[: full.index(stop)]
+    assert cut.response_metadata["finish_reason"] == "stop"
+
+
+def test_local_stream_concatenates_to_invoke(local):
+    text = local.invoke(QUESTION, max_new_tokens=16).text
+    chunks = list(local.stream(QUESTION, max_new_tokens=16))
+    assert len(chunks) > 1
+    assert "".join(c.text for c in chunks) == text
+    total = chunks[0]
+    for c in chunks[1:]:
+        total += c
+    assert total.usage_metadata["output_tokens"] > 0
+
+
+def test_local_rejects_unknown_call_arguments(local):
+    with pytest.raises(TypeError, match="max_new_tokens and temperature"):
+        local.invoke(QUESTION, top_k=3)
+
+
+def test_structured_on_the_real_local_model(local):
+    ask = [HumanMessage("Claim: Paris is the capital of France. Evidence: 'Paris is France's capital city.' "
+                        "Is the claim supported by the evidence?")]
+    try:
+        verdict = structured(local.bind(max_new_tokens=40), Verdict, ask, retries=1)
+    except LLMOutputError as e:
+        assert "Verdict" in str(e) and e.attempts == 2
+    else:
+        assert isinstance(verdict, Verdict)
+
+
+# ---------------------------------------------------------------- structured output on scripted models
+
+
+class Prompts(BaseCallbackHandler):
+    """Records the messages of every chat model call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[BaseMessage]] = []
+
+    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
+        self.calls.append(messages[0])
+
+
+def scripted(*replies: str) -> tuple[GenericFakeChatModel, Prompts]:
+    prompts = Prompts()
+    return GenericFakeChatModel(messages=iter(replies), callbacks=[prompts]), prompts
+
+
+@pytest.mark.parametrize("reply", [
+    '{"supported": true, "confidence": 0.8}',
+    'Sure! Here it is:\n```json\n{"supported": true, "confidence": 0.8}\n```\nHope this helps {really}.',
+    "{'supported': true, 'confidence': 0.8} and some trailing words",
+    '{"supported": true, "confidence": 0.8, "note": "it\'s {fine}"} done',
+])
+def test_structured_reads_the_first_json_object(reply):
+    model, prompts = scripted(reply)
+    assert structured(model, Verdict, QUESTION) == Verdict(supported=True, confidence=0.8)
+    request = prompts.calls[0][-1].text
+    assert request.startswith("What is the capital of France?")
+    assert 'exactly this format: {"supported": true, "confidence": 0.5}' in request
+    assert '"confidence": number from 0 to 1' in request
+
+
+class Region(BaseModel):
+    page: int = Field(ge=1, description="1-based page")
+    bbox: list[float] | None = None
+
+
+class Plan(BaseModel):
+    sub_queries: list[str] = Field(description="one question per fact to find")
+    kind: Literal["text", "table", "figure"]
+    regions: list[Region] = []
+
+
+def test_structured_example_fits_the_schema():
+    """ParrotFakeChatModel replies with the request itself, whose first JSON object is the example."""
+    plan = structured(ParrotFakeChatModel(), Plan, [HumanMessage("Plan the search.")], retries=0)
+    assert plan.kind == "text" and plan.sub_queries
+    model, prompts = scripted('{"sub_queries": ["a"], "kind": "table"}')
+    structured(model, Plan, [HumanMessage("Plan the search.")])
+    request = prompts.calls[0][-1].text
+    assert '"sub_queries": list of string (one question per fact to find)' in request
+    assert '"kind": one of "text", "table", "figure"' in request
+    assert '"page": integer from 1 (1-based page)' in request and '"bbox": list of number or null, optional' in request
+
+
+def test_structured_retries_with_the_error_then_succeeds():
+    model, prompts = scripted("I think it is supported.", '{"supported": "maybe", "confidence": 3}',
+                              '{"supported": false, "confidence": 0.25}')
+    assert structured(model, Verdict, QUESTION, retries=2) == Verdict(supported=False, confidence=0.25)
+    assert len(prompts.calls) == 3
+    assert "no JSON object" in prompts.calls[1][-1].text
+    assert "confidence" in prompts.calls[2][-1].text and "supported" in prompts.calls[2][-1].text
+
+
+def test_structured_gives_up_after_the_retries():
+    replies = iter(["garbage one", "{not json", "{'supported': 'perhaps'}", "UNUSED"])
+    model = GenericFakeChatModel(messages=replies)
+    with pytest.raises(LLMOutputError, match=r"Verdict in 3 attempts") as caught:
+        structured(model, Verdict, QUESTION, retries=2)
+    assert "perhaps" in str(caught.value)  # the start of the last reply
+    assert next(replies) == "UNUSED"  # exactly 1 + retries calls
+
+
+# ---------------------------------------------------------------- OpenAI-compatible endpoints
+
+
+def _completion(content: str) -> dict:
+    return {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}
+
+
+def _delta(content: str) -> str:
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}]}
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
+class Server:
+    """A ThreadingHTTPServer on 127.0.0.1 answering POST /v1/chat/completions in one `mode`."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode, self.requests, self.release = mode, 0, threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                server.requests += 1
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                server.answer(self, body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    def answer(self, h: BaseHTTPRequestHandler, body: dict) -> None:
+        if self.mode == "hang":
+            self.release.wait(10)
+            return
+        status, ctype = 200, "application/json"
+        if self.mode == "ok" and body.get("stream"):
+            payload, ctype = (_delta("hello ") + _delta("from the server") + "data: [DONE]\n\n").encode(), \
+                "text/event-stream"
+        elif self.mode == "ok":
+            payload = json.dumps(_completion("hello from the server")).encode()
+        elif self.mode == "not-json":
+            payload = b"<html>upstream exploded</html>"
+        elif self.mode == "no-choices":
+            payload = b'{"detail": "queued"}'
+        elif self.mode == "bad-events":
+            payload, ctype = _delta("hello ").encode() + b"data: {not json\n\n", "text/event-stream"
+        elif self.mode == "bad-gateway":
+            status, payload, ctype = 502, b"<html>502 Bad Gateway</html>", "text/html"
+        elif self.mode == "bad-key":
+            status, payload = 401, b'{"error": {"message": "invalid api key", "type": "auth"}}'
+        else:
+            raise AssertionError(self.mode)
+        h.send_response(status)
+        h.send_header("content-type", ctype)
+        h.send_header("content-length", str(len(payload)))
+        h.end_headers()
+        h.wfile.write(payload)
+
+    def close(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[str], Server]]:
+    servers: list[Server] = []
+
+    def start(mode: str) -> Server:
+        servers.append(Server(mode))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def closed_url() -> str:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_endpoint_answers_invoke_and_stream(serve):
+    server = serve("ok")
+    llm = make_llm(f"openai:m@{server.url}", timeout=5)
+    assert isinstance(llm, OpenAIEndpoint) and llm.max_retries == 0
+    reply = invoke_llm(llm, QUESTION)
+    assert reply.text == "hello from the server"
+    assert reply.usage_metadata["output_tokens"] == 4
+    assert "".join(c.text for c in llm.stream(QUESTION)) == "hello from the server"
+    assert server.requests == 2
+
+
+def test_endpoint_that_hangs_times_out(serve):
+    server = serve("hang")
+    llm = make_llm(f"openai:m@{server.url}", timeout=1, max_retries=1)
+    t0 = time.perf_counter()
+    with pytest.raises(LLMUnavailableError, match="timed out after 1 s") as caught:
+        invoke_llm(llm, QUESTION)
+    assert time.perf_counter() - t0 < 8
+    assert server.url in str(caught.value) and "2 attempts" in str(caught.value)
+    assert caught.value.attempts == server.requests == 2
+
+
+@pytest.mark.parametrize("mode", ["not-json", "no-choices"])
+def test_endpoint_with_malformed_answers(serve, mode):
+    server = serve(mode)
+    llm = make_llm(f"openai:m@{server.url}", timeout=5, max_retries=2, backoff=0.05)
+    with pytest.raises(LLMUnavailableError, match="malformed") as caught:
+        invoke_llm(llm, QUESTION)
+    assert "3 attempts" in str(caught.value) and "--llm local" in str(caught.value)
+    assert server.requests == 3
+    with pytest.raises(LLMUnavailableError, match="malformed.*content-type 'application/json'"):
+        list(llm.stream(QUESTION))  # a stream answered without an event stream
+    with pytest.raises(LLMUnavailableError, match="malformed"):
+        asyncio.run(llm.ainvoke(QUESTION))
+    assert server.requests == 9
+
+
+def test_stream_that_breaks_is_not_retried_after_its_start(serve):
+    server = serve("bad-events")
+    llm = make_llm(f"openai:m@{server.url}", timeout=5, max_retries=2, backoff=0.05)
+    chunks = []
+    with pytest.raises(LLMUnavailableError, match="malformed.*after the stream had begun"):
+        for chunk in llm.stream(QUESTION):
+            chunks.append(chunk.text)
+    assert "".join(chunks) == "hello " and server.requests == 1
+
+
+def test_server_errors_are_retried(serve):
+    server = serve("bad-gateway")
+    llm = make_llm(f"openai:m@{server.url}", timeout=5, max_retries=1, backoff=0.05)
+    with pytest.raises(LLMUnavailableError, match="answered HTTP 502 .2 attempts."):
+        invoke_llm(llm, QUESTION)
+    assert server.requests == 2
+
+
+def test_closed_port_is_refused(closed_url):
+    llm = make_llm(f"openai:m@{closed_url}", timeout=2, max_retries=1, backoff=0.05)
+    with pytest.raises(LLMUnavailableError, match="refused the connection") as caught:
+        invoke_llm(llm, QUESTION)
+    assert f"check that the server at {closed_url} is running" in str(caught.value)
+
+
+def test_rejected_key_is_not_retried_nor_converted(serve):
+    server = serve("bad-key")
+    llm = make_llm(f"openai:m@{server.url}", timeout=5, max_retries=2)
+    with pytest.raises(openai.AuthenticationError):
+        invoke_llm(llm, QUESTION)
+    assert server.requests == 1
+
+
+def test_invoke_llm_converts_errors_of_models_built_elsewhere(closed_url):
+    plain = ChatOpenAI(model="m", base_url=closed_url, api_key="x", timeout=2, max_retries=0)
+    with pytest.raises(LLMUnavailableError, match="refused the connection") as caught:
+        invoke_llm(plain, QUESTION)
+    assert closed_url in str(caught.value)
+    with pytest.raises(ValueError, match="messages list cannot be empty"):  # other errors pass through
+        invoke_llm(ParrotFakeChatModel(), [])
+
+
+# ---------------------------------------------------------------- specs
+
+
+def test_make_llm_accepts_its_forms(local):
+    assert isinstance(make_llm(), LocalChatModel) and make_llm("local").path == local.path
+    assert make_llm(f"local:{local.path}").path == local.path
+    llm = make_llm("openai:qwen2.5:7b@http://127.0.0.1:9/v1", timeout=3, max_retries=4)
+    assert (llm.model_name, llm.url, llm.retries, llm.request_timeout) == ("qwen2.5:7b", "http://127.0.0.1:9/v1", 4, 3)
+    assert isinstance(make_llm("langchain_core.language_models.fake_chat_models:ParrotFakeChatModel"),
+                      ParrotFakeChatModel)
+
+
+@pytest.mark.parametrize("spec", [
+    "", "gpt-4o", "openai:", "openai:m", "openai:@http://127.0.0.1:8000/v1", "openai:m@127.0.0.1:8000",
+    "local:", "local:/nonexistent/model", "no.such.module:factory", "json:no_such_factory", "a b:c",
+])
+def test_make_llm_rejects_bad_specs(spec):
+    with pytest.raises(ValueError):
+        make_llm(spec)
+
+
+def test_make_llm_checks_what_a_factory_returns():
+    with pytest.raises(TypeError, match="not a LangChain chat model"):
+        make_llm("builtins:dict")
