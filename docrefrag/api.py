@@ -125,6 +125,7 @@ class DocRefrag:
         import sqlite3
         import time
         import uuid
+        from contextlib import closing
 
         from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -141,7 +142,7 @@ class DocRefrag:
                              config=config or AskConfig())
         thread_id = thread_id or uuid.uuid4().hex[:12]
         start = time.perf_counter()
-        with sqlite3.connect(self.store_path / "checkpoints.sqlite", check_same_thread=False) as conn:
+        with closing(sqlite3.connect(self.store_path / "checkpoints.sqlite", check_same_thread=False)) as conn:
             graph = build_graph(nodes, checkpointer=SqliteSaver(conn))
             run = {"configurable": {"thread_id": thread_id}}
             for update in graph.stream({"question": question, "doc_ids": doc_ids, "trace": []}, run,

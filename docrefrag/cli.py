@@ -88,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:  # every error reaches the user as one line
+        from agents.llm import LLMOutputError, LLMUnavailableError
         from docrefrag_core.weights import ModelCorruptedError, ModelNotFoundError
         from indexes.errors import EncoderError, IngestError, StoreError
 
         if args.verbose or not isinstance(e, (ModelNotFoundError, ModelCorruptedError, IngestError, StoreError, EncoderError,
+                                               LLMUnavailableError, LLMOutputError,
                                                ValueError, ConnectionError, OSError)):
             logging.getLogger("docrefrag").exception("failed")
         print(f"error: {e}", file=sys.stderr)

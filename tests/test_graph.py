@@ -1,0 +1,412 @@
+"""The ask graph end to end: a generated 6-page report with the answer in a ruled table on page 4 and
+a near-duplicate 2018 table on page 2, ingested once per module, asked through `DocRefrag.ask`.
+
+Chat models are scripted (`GenericFakeChatModel`, replies in the order the graph calls it, every
+prompt recorded and classified) except in one run with the real default local model. The refinement
+loop, SQLite checkpoints, node replacement by dotted path, errors (API and CLI) and the planner's
+rules are covered on the same store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pymupdf
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.runtime import Runtime
+
+from agents import prompts
+from agents.llm import LLMUnavailableError
+from agents.planner import extract_intents, plan_question
+from conftest import REPO, subprocess_env
+from docrefrag.api import DocRefrag
+from graph.context import AskConfig, AskContext
+from graph.graph import build_graph
+from graph.state import AskState
+from indexes.bm25 import STOPWORDS
+from indexes.errors import StoreError
+from indexes.store import Store
+
+QUESTION = "How many passengers did Northfield report in 2019?"
+HYDE = "Northfield reported its passenger total for 2019 in the operator table of the annual review."
+ANSWER_PAGE = 4
+DISTRACTOR_PAGE = 2
+PAGE_SIZE = (595, 842)
+FILLER = {
+    1: "The transit authority summarises its network, fleet renewal and station works for the period under review.",
+    2: "Ridership recovered steadily as new timetables were introduced across the regional lines.",
+    3: "Maintenance crews replaced signalling equipment and resurfaced platforms at several stations.",
+    4: "Operators submitted audited passenger counts for the reporting year, collected at ticket gates.",
+    5: "Fare policy remained unchanged while contactless payment was extended to all bus routes.",
+    6: "The outlook section describes planned extensions, funding sources and procurement timelines.",
+}
+TABLES = {
+    DISTRACTOR_PAGE: ("2018", [["Northfield", "2018", "3,907"], ["Eastbrook", "2018", "2,114"]]),
+    ANSWER_PAGE: ("2019", [["Eastbrook", "2019", "2,305"], ["Northfield", "2019", "4,812"], ["Westmere", "2019", "1,566"]]),
+}
+
+
+# ---------------------------------------------------------------- the document and scripted models
+
+
+def _ruled_table(page: pymupdf.Page, rows: list[list[str]], top: float, caption: str) -> None:
+    """Cells in three 160-pt columns, 22-pt rows, every row and column ruled (pymupdf4llm finds it)."""
+    for i, row in enumerate(rows):
+        y = top + i * 22
+        for j, cell in enumerate(row):
+            page.insert_text((60 + j * 160, y + 15), cell, fontsize=11)
+        page.draw_line((55, y), (535, y))
+    bottom = top + len(rows) * 22
+    page.draw_line((55, bottom), (535, bottom))
+    for j in range(4):
+        page.draw_line((55 + j * 160, top), (55 + j * 160, bottom))
+    page.insert_text((50, bottom + 20), caption, fontsize=10)
+
+
+def make_report(path: Path) -> Path:
+    """Six A4 pages of filler without digits; passenger tables for 2018 (page 2) and 2019 (page 4)."""
+    doc = pymupdf.open()
+    for n, filler in FILLER.items():
+        page = doc.new_page(width=PAGE_SIZE[0], height=PAGE_SIZE[1])
+        page.insert_text((50, 60), f"Regional transit review, part {'ABCDEF'[n - 1]}", fontsize=16)
+        page.insert_textbox(pymupdf.Rect(50, 90, 545, 300), f"{filler} " * 3, fontsize=11)
+        if n in TABLES:
+            year, rows = TABLES[n]
+            _ruled_table(page, [["Operator", "Year", "Passengers"], *rows], 320, f"Passengers reported by operator, {year}.")
+    doc.save(path)
+    doc.close()
+    return path
+
+
+# the fixed part of each prompt template, to tell which agent called the model
+PROMPT_MARKERS = {
+    "decompose": prompts.DECOMPOSE.split("{")[0],
+    "hyde": prompts.HYDE.split("{")[0],
+    "answer": prompts.ANSWER_USER.rsplit("}", 1)[1],
+    "validate": prompts.VALIDATE.rsplit("}", 1)[1],
+    "refine": prompts.REFINE.split("{")[0],
+}
+
+
+def prompt_kind(prompt: str) -> str:
+    kinds = [k for k, marker in PROMPT_MARKERS.items() if marker in prompt]
+    assert len(kinds) == 1, f"cannot tell which agent sent {prompt[:200]!r}"
+    return kinds[0]
+
+
+class _Prompts(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
+        self.seen.append(str(messages[0][-1].content))
+
+
+def scripted(*replies: str | Exception) -> tuple[GenericFakeChatModel, list[str]]:
+    """(model, prompts): the model answers `replies` in order (an exception is raised instead of
+    replying); `prompts` collects the last message of every call."""
+
+    def in_order():
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            yield AIMessage(reply)
+
+    recorder = _Prompts()
+    return GenericFakeChatModel(messages=in_order(), callbacks=[recorder]), recorder.seen
+
+
+def unavailable_llm() -> GenericFakeChatModel:
+    """An `--llm module:factory` model: writes the HyDE passage, then its endpoint is gone."""
+    return scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))[0]
+
+
+def reverse_rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """A replacement rerank node: the retrieved pages in reverse order."""
+    hits = state["hits"][::-1]
+    return {"hits": hits, "trace": [{"node": "rerank", "note": "reversed", "pages": [h["page"] for h in hits]}]}
+
+
+def nodes_of(trace: list[dict]) -> list[str]:
+    return [entry["node"] for entry in trace]
+
+
+def entries(trace: list[dict], node: str) -> list[dict]:
+    return [entry for entry in trace if entry["node"] == node]
+
+
+def retrieved_pages(entry: dict) -> list[int]:
+    return [h["page"] for h in entry["hits"]]
+
+
+def assert_plain_data(value, where: str = "state") -> None:
+    """Only JSON's own types (exactly: no numpy scalars, tensors, handles)."""
+    if type(value) is dict:
+        for k, v in value.items():
+            assert type(k) is str, f"{where}: key {k!r}"
+            assert_plain_data(v, f"{where}.{k}")
+    elif type(value) in (list, tuple):
+        for i, v in enumerate(value):
+            assert_plain_data(v, f"{where}[{i}]")
+    else:
+        assert value is None or type(value) in (str, int, float, bool), f"{where} is a {type(value).__name__}"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory, ingest) -> tuple[Path, str]:
+    """(store dir, doc id) of the ingested report."""
+    folder = tmp_path_factory.mktemp("graph")
+    pdf = make_report(folder / "transit-review.pdf")
+    with Store(folder / "store", create=True) as store:
+        (result,) = ingest(store, pdf)
+        assert result.status == "added" and result.pages == len(FILLER), result
+    return folder / "store", result.doc_id
+
+
+@pytest.fixture(scope="module")
+def dr(report):
+    import torch
+
+    torch.set_num_threads(1)  # as conftest's embedder: the machine's second core is busy
+    with DocRefrag(store=report[0]) as api:
+        yield api
+
+
+def read_state(store_dir: Path, thread_id: str):
+    """The checkpointed state of a run, through a fresh graph and connection."""
+    with closing(sqlite3.connect(store_dir / "checkpoints.sqlite")) as conn:
+        return build_graph(checkpointer=SqliteSaver(conn)).get_state({"configurable": {"thread_id": thread_id}})
+
+
+# ---------------------------------------------------------------- 1. end to end
+
+
+def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
+    store_dir, doc_id = report
+    llm, seen = scripted(HYDE, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+    assert "|Northfield|2019|4,812|" in seen[1]  # the answer agent read the table as a table
+    assert result.answer == "4,812"
+    assert result.confidence == 1.0 and result.rounds == 1
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    (retrieve,) = entries(result.trace, "retrieve")
+    assert ANSWER_PAGE in retrieved_pages(retrieve), retrieve["hits"]
+
+    citation = result.claims[0]["citations"][0]
+    assert (citation["doc_id"], citation["page"]) == (doc_id, ANSWER_PAGE)
+    assert "4,812" in citation["snippet"]
+    x0, y0, x1, y1 = citation["bbox"]
+    assert 0 <= x0 < x1 <= PAGE_SIZE[0] and 0 <= y0 < y1 <= PAGE_SIZE[1]
+    (holder,) = [c for c in dr.open_store().page_chunks(doc_id, ANSWER_PAGE) if "4,812" in c.text]
+    assert tuple(citation["bbox"]) == pytest.approx(holder.bbox)
+    with pymupdf.open(store_dir.parent / "transit-review.pdf") as pdf:
+        row = [pdf[ANSWER_PAGE - 1].search_for(word)[0] for word in ("Northfield", "4,812")]
+    cited = pymupdf.Rect(citation["bbox"])
+    assert all(cited.contains(r) for r in row), (cited, row)
+
+
+def test_ask_with_the_real_local_model(dr, report):
+    _, doc_id = report
+    result = dr.ask(QUESTION, llm=None, config=AskConfig(max_rounds=1, decompose=False))
+    print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
+          f"{result.seconds:.1f} s, {result.tokens} answer tokens, claims {result.claims}")
+    assert result.answer.strip()
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    for claim in result.claims:
+        for c in claim["citations"]:
+            assert c["doc_id"] == doc_id and 1 <= c["page"] <= len(FILLER)
+            if c["bbox"] is not None:
+                x0, y0, x1, y1 = c["bbox"]
+                assert 0 <= x0 < x1 <= PAGE_SIZE[0] and 0 <= y0 < y1 <= PAGE_SIZE[1]
+
+
+# ---------------------------------------------------------------- 2. the refinement loop
+
+NEW_QUERY = "Northfield passenger count table for the year 2019"
+
+
+def test_unsupported_answer_is_refined_with_a_new_query(dr):
+    llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, max_rounds=3))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate",
+                                      "refine", "retrieve", "rerank", "answer", "validate"]
+    first, second = entries(result.trace, "retrieve")
+    (refine,) = entries(result.trace, "refine")
+    assert refine["query"] == NEW_QUERY and refine["previous"] == QUESTION
+    assert (first["round"], second["round"]) == (1, 2)
+    assert any(q["sparse"].startswith(NEW_QUERY) and q["dense"].startswith(NEW_QUERY) for q in second["queries"])
+    assert not any(NEW_QUERY in q["sparse"] for q in first["queries"])
+    assert {q["sparse"] for q in first["queries"]} != {q["sparse"] for q in second["queries"]}
+    assert entries(result.trace, "validate")[0]["confidence"] == 0.0
+    assert result.rounds == 2 and result.answer == "4,812" and result.confidence == 1.0
+
+
+def test_refinement_stops_at_max_rounds(dr):
+    # a third round would call the model a seventh time: the script has six replies
+    llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, max_rounds=2))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
+    assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
+    assert result.rounds == 2 and result.answer == "Southport" and result.confidence == 0.0
+
+
+def test_tau_zero_never_refines(dr):
+    llm, seen = scripted(HYDE, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, tau=0.0))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    assert result.rounds == 1 and result.confidence == 0.0
+
+
+# ---------------------------------------------------------------- 3. checkpoints
+
+
+def test_finished_run_is_checkpointed_as_plain_data(dr, report):
+    store_dir, _ = report
+    llm, _ = scripted(HYDE, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False), thread_id="checkpointed-run")
+    assert result.thread_id == "checkpointed-run"
+
+    snapshot = read_state(store_dir, "checkpointed-run")
+    values = snapshot.values
+    assert snapshot.next == ()
+    assert values["question"] == QUESTION and values["answer"] == "4,812"
+    assert values["claims"] == result.claims and values["trace"] == result.trace
+    assert values["plan"]["hyde"] == HYDE and values["verdict"]["supported"] is True
+    json.dumps(values)
+    assert_plain_data(values)
+
+
+# ---------------------------------------------------------------- 4. nodes replaced by configuration
+
+
+def test_rerank_node_replaced_by_dotted_path(dr, report):
+    _, doc_id = report
+    llm, seen = scripted(HYDE, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, max_rounds=1),
+                    nodes={"rerank": f"{__name__}:reverse_rerank"})
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+    (retrieve,) = entries(result.trace, "retrieve")
+    (rerank,) = entries(result.trace, "rerank")
+    (answer,) = entries(result.trace, "answer")
+    fused = retrieved_pages(retrieve)
+    assert len(fused) > 3 and rerank["note"] == "reversed" and rerank["pages"] == fused[::-1]
+    read = [tuple(p) for p in answer["pages"]]
+    assert read == [(doc_id, p) for p in fused[::-1][: AskConfig().pages]]
+    assert read != [(doc_id, p) for p in fused[: AskConfig().pages]]
+
+
+def test_build_graph_rejects_unknown_node_names():
+    with pytest.raises(ValueError, match=r"unknown node 'rank'.*rerank"):
+        build_graph(nodes={"rank": reverse_rerank})
+
+
+@pytest.mark.parametrize("path", [f"{__name__}.reverse_rerank", f"{__name__}:no_such_node",
+                                  "no_such_package.nodes:rerank", ":reverse_rerank"])
+def test_build_graph_rejects_bad_dotted_paths(path):
+    with pytest.raises(ValueError, match="package.module:function|cannot import"):
+        build_graph(nodes={"rerank": path})
+
+
+# ---------------------------------------------------------------- 5. errors
+
+
+def _cli(*args: str, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    env = subprocess_env()
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *filter(None, [env.get("PYTHONPATH")])])
+    return subprocess.run([sys.executable, "-m", "docrefrag", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=300)
+
+
+def test_ask_on_an_empty_store_says_to_ingest(store):
+    llm, seen = scripted()
+    with DocRefrag(store=store.root) as api, pytest.raises(StoreError, match="docrefrag ingest"):
+        api.ask(QUESTION, llm=llm)
+    assert seen == []
+
+
+@pytest.mark.parametrize("created", [True, False], ids=["empty-store", "no-store"])
+def test_cli_ask_on_an_empty_store_is_one_line(tmp_path, created):
+    if created:
+        Store(tmp_path / "store", create=True).close()
+    proc = _cli("ask", "q", "--store", str(tmp_path / "store"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "docrefrag ingest" in line
+
+
+def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
+    store_dir, _ = report
+    llm, seen = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
+    with pytest.raises(LLMUnavailableError, match="127.0.0.1:9"):
+        dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False), thread_id="failed-run")
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer"]
+
+    snapshot = read_state(store_dir, "failed-run")
+    assert snapshot.next == ("answer",)
+    assert snapshot.values["plan"]["hyde"] == HYDE and snapshot.values["hits"]
+    assert "answer" not in snapshot.values
+    assert nodes_of(snapshot.values["trace"]) == ["plan", "retrieve", "rerank"]
+
+
+def test_cli_llm_failure_is_one_line(tmp_path, ingest, light_pdf):
+    with Store(tmp_path / "store", create=True) as store:
+        ingest(store, light_pdf(tmp_path / "survey.pdf", 1))
+    # pytest imports this file as the top-level module `test_graph` from tests/
+    proc = _cli("ask", QUESTION, "--store", str(tmp_path / "store"), "--quiet",
+                "--llm", f"{__name__}:unavailable_llm", pythonpath=Path(__file__).parent)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: LLM endpoint http://127.0.0.1:9/v1 refused the connection")
+
+
+# ---------------------------------------------------------------- 6. planner rules
+
+
+def test_extract_intents_rules():
+    question = "Which operator in Table 4 and the chart had 4,812 passengers at Northfield Central in 2019?"
+    plan = extract_intents(question)
+    assert plan.sub_queries == [question] and plan.hyde == ""
+    assert "Table 4" in plan.visual_anchors
+    assert {"chart", "table"} <= set(plan.evidence_types)
+    assert {"4,812", "2019", "4", "Northfield Central"} <= set(plan.entities)
+    assert "Which" not in plan.entities
+    assert {"operator", "chart", "passengers", "northfield", "central", "2019"} <= set(plan.keywords)
+    assert not set(plan.keywords) & (STOPWORDS | {"which", "the", "in", "at", "and"})
+    assert len(plan.keywords) == len(set(plan.keywords))
+
+
+def test_extract_intents_defaults_to_text_evidence():
+    plan = extract_intents("what did the committee decide about fares?")
+    assert plan.evidence_types == ["text"] and plan.visual_anchors == [] and plan.entities == []
+    assert plan.keywords == ["committee", "decide", "about", "fares"]
+
+
+def test_plan_question_survives_a_garbage_decomposition():
+    garbage = "Sure! Here are some questions: what, when, why"
+    llm, seen = scripted(garbage, garbage, garbage, HYDE)
+    plan, notes = plan_question(QUESTION, llm, decompose=True, hyde=True)
+    # three decomposition attempts (the first request, two corrections), then the HyDE passage
+    assert len(seen) == 4 and prompt_kind(seen[0]) == "decompose" and prompt_kind(seen[-1]) == "hyde"
+    assert plan.sub_queries == [QUESTION] and plan.hyde == HYDE
+    assert len(notes) == 1 and notes[0].startswith("decomposition failed")
