@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-import pymupdf
+from docrefrag_core.pdf import pymupdf
 
 A4 = (595.0, 842.0)
 _REGIONS = ["North", "South", "East", "West", "Central", "Coastal", "Highland", "Lakeside"]

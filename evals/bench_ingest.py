@@ -107,7 +107,7 @@ def reopen_and_search(store_dir: Path, repeats: int = 5) -> dict:
 
 
 def build_big_pdf(docs: Path, pages: int, out: Path) -> Path:
-    import pymupdf
+    from docrefrag_core.pdf import pymupdf
 
     big = pymupdf.open()
     for pdf in sorted(docs.glob("*.pdf")):

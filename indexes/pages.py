@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import pymupdf
+from docrefrag_core.pdf import pymupdf
 from PIL import Image
 
 from docrefrag_core.page import Block, PageInput, Word
