@@ -176,7 +176,7 @@ class LocalChatModel(BaseChatModel):
     """
 
     path: Path | None = Field(default=None, description="Hugging Face model directory; None: the cached SmolLM2")
-    max_new_tokens: int = Field(default=256, gt=0)
+    max_new_tokens: int = Field(default=96, gt=0, description="answers, HyDE passages and verdicts are short")
     temperature: float | None = Field(default=None, ge=0, description="None or 0: greedy")
 
     @model_validator(mode="after")

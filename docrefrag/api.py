@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import platformdirs
@@ -26,20 +25,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from graph.context import AskConfig
-
-
-@dataclass
-class AskResult:
-    question: str
-    answer: str
-    claims: list[dict]  # each: text, citations [{doc_id, page (1-based), bbox, snippet}]
-    confidence: float  # the validator's
-    rounds: int
-    seconds: float
-    ttft_s: float  # time until the answer text existed (the answer is generated in one go)
-    tokens: int  # LLM output tokens of the answer generations
-    thread_id: str  # checkpoint id: inspect or resume the run
-    trace: list[dict] = field(default_factory=list)
+    from graph.run import AskResult
 
 
 def default_store() -> Path:
@@ -104,33 +90,25 @@ class DocRefrag:
         """A chat model from a spec (see `agents.llm.make_llm`); the local default is shared."""
         from langchain_core.language_models import BaseChatModel
 
-        from agents.llm import LocalChatModel, make_llm
+        from agents.llm import make_llm
 
         if isinstance(spec, BaseChatModel):
             return spec
         if spec is None or spec == "local":
             if self._llm is None:
-                self._llm = LocalChatModel(max_new_tokens=96)
+                self._llm = make_llm("local")
             return self._llm
         return make_llm(spec)
 
     def ask(self, question: str, doc: str | Sequence[str] | None = None, llm: "str | BaseChatModel | None" = None,
             config: "AskConfig | None" = None, on_event: Callable[[str, dict], None] | None = None,
-            thread_id: str | None = None, nodes: dict | None = None) -> AskResult:
+            thread_id: str | None = None, nodes: dict | None = None) -> "AskResult":
         """Answer `question` from the store's documents (or `doc`), with citations and a trace.
 
         `on_event(node, update)` is called as each graph node finishes (streaming). The run is
         checkpointed in STORE/checkpoints.sqlite under `thread_id` (a new id if None).
         """
-        import sqlite3
-        import time
-        import uuid
-        from contextlib import closing
-
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
-        from graph.context import AskConfig, AskContext
-        from graph.graph import build_graph
+        from graph.run import run_ask
 
         if not question.strip():
             raise ValueError("the question is empty")
@@ -138,21 +116,5 @@ class DocRefrag:
         if not store.ready_ids():
             raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
-        context = AskContext(store=store, searcher=HybridSearcher(store, self.embedder), llm=self.llm(llm),
-                             config=config or AskConfig())
-        thread_id = thread_id or uuid.uuid4().hex[:12]
-        start = time.perf_counter()
-        with closing(sqlite3.connect(self.store_path / "checkpoints.sqlite", check_same_thread=False)) as conn:
-            graph = build_graph(nodes, checkpointer=SqliteSaver(conn))
-            run = {"configurable": {"thread_id": thread_id}}
-            for update in graph.stream({"question": question, "doc_ids": doc_ids, "trace": []}, run,
-                                       context=context, stream_mode="updates"):
-                for node, values in update.items():
-                    if on_event is not None:
-                        on_event(node, values or {})
-            state = graph.get_state(run).values
-        verdict = state.get("verdict", {})
-        return AskResult(question=question, answer=state.get("answer", ""), claims=state.get("claims", []),
-                         confidence=float(verdict.get("confidence", 0.0)), rounds=int(state.get("round", 1)),
-                         seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s", 0.0)),
-                         tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", []))
+        return run_ask(store, HybridSearcher(store, self.embedder), self.llm(llm), question, doc_ids, config,
+                       on_event=on_event, thread_id=thread_id, nodes=nodes)

@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", type=Path, default=Path("runs"), help="where per-question JSONL and reports go")
     ev.add_argument("--limit", type=int, default=None, help="first N questions only")
     ev.add_argument("--retrieval-only", action="store_true", help="rank pages only (no answering)")
+    ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
@@ -228,11 +229,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from evals.retrieval import markdown_table
-    from evals.run import run_retrieval
+    from evals.run import run_answers, run_retrieval
 
     if not args.retrieval_only:
-        print("error: only --retrieval-only runs exist so far (the answering graph is not built yet)", file=sys.stderr)
-        return EXIT_ERROR
+        with _api(args) as dr:
+            summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, dr.llm(args.llm),
+                                  args.out, limit=args.limit, show_progress=sys.stderr.isatty())
+        print(json.dumps(summary, indent=2, default=str))
+        return EXIT_OK
     with _api(args) as dr:
         store = dr.open_store(create=True)
         report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,

@@ -8,9 +8,11 @@ from dataclasses import asdict
 from datetime import date
 from pathlib import Path
 
+from evals.answers import evaluate_answers, summarise
 from evals.datasets import Benchmark, document_sources, load_questions, split_available
 from evals.report import latency_histogram, recall_curves
 from evals.retrieval import RetrievalReport, evaluate_retrieval, markdown_table
+from graph.context import AskConfig
 from indexes.hybrid import HybridSearcher
 from indexes.ingest import Ingestor
 from indexes.store import Store
@@ -25,9 +27,10 @@ def question_file(data_dir: Path) -> Path:
     return path
 
 
-def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
-                  limit: int | None = None, show_progress: bool = True) -> RetrievalReport:
-    """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval)."""
+def prepare(benchmark: Benchmark, data_dir: Path, store: Store, limit: int | None,
+            show_progress: bool) -> tuple[list, dict[str, str], int]:
+    """(questions whose document is present, benchmark doc name -> doc id, questions skipped):
+    loads the questions and ingests the documents they need that the store lacks."""
     questions = load_questions(benchmark, question_file(data_dir))
     if limit is not None:
         questions = questions[:limit]
@@ -42,10 +45,17 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
         result = by_path.get(str(sources[q.doc_name].resolve()))
         if result is not None and result.doc_id and result.status != "failed":
             doc_ids[q.doc_name] = result.doc_id
+    return present, doc_ids, len(missing)
+
+
+def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
+                  limit: int | None = None, show_progress: bool = True) -> RetrievalReport:
+    """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval)."""
+    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     searcher = HybridSearcher(store, embedder)
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark}-retrieval.jsonl",
                                 show_progress=show_progress)
-    report.skipped["document_missing"] += len(missing)
+    report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(),
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
     (out_dir / f"{benchmark}-retrieval.json").write_text(json.dumps(summary, indent=2))
@@ -57,3 +67,18 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
         + markdown_table(report) + f"\n\nSkipped: {report.skipped}\n\n"
         + f"![recall]({curves.name})\n\n![latency]({latency.name})\n")
     return report
+
+
+def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, llm, out_dir: Path,
+                limit: int | None = None, config: AskConfig | None = None, show_progress: bool = True) -> dict:
+    """End-to-end run through the ask graph, scored with the official rules (see evals.answers)."""
+    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
+    rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
+                            out_dir / f"{benchmark}-answers.jsonl", config, show_progress)
+    summary = {"benchmark": benchmark, "date": date.today().isoformat(), "skipped_document_missing": missing,
+               **summarise(benchmark, rows)}
+    (out_dir / f"{benchmark}-answers.json").write_text(json.dumps(summary, indent=2, default=str))
+    if rows:
+        latency_histogram([r["seconds"] * 1000 for r in rows], out_dir / f"{benchmark}-answer-latency.png",
+                          f"{benchmark}: ask latency per question")
+    return summary

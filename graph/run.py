@@ -1,0 +1,57 @@
+"""One run of the ask graph: wire the context, stream node events, checkpoint, collect the result."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import uuid
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from langchain_core.language_models import BaseChatModel
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from graph.context import AskConfig, AskContext
+from graph.graph import build_graph
+from indexes.hybrid import HybridSearcher
+from indexes.store import Store
+
+
+@dataclass
+class AskResult:
+    question: str
+    answer: str
+    claims: list[dict]  # each: text, citations [{doc_id, page (1-based), bbox, snippet}]
+    confidence: float  # the validator's
+    rounds: int
+    seconds: float
+    ttft_s: float  # time until the first answer text existed (answers are generated in one go)
+    tokens: int  # LLM output tokens of the answer generations
+    thread_id: str  # checkpoint id: inspect or resume the run
+    trace: list[dict] = field(default_factory=list)
+
+
+def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question: str,
+            doc_ids: Sequence[str] | None = None, config: AskConfig | None = None,
+            checkpoints: Path | None = None, on_event: Callable[[str, dict], None] | None = None,
+            thread_id: str | None = None, nodes: dict | None = None) -> AskResult:
+    """Run the graph on `question`; `checkpoints` is the SQLite file of the checkpointer."""
+    context = AskContext(store=store, searcher=searcher, llm=llm, config=config or AskConfig())
+    thread_id = thread_id or uuid.uuid4().hex[:12]
+    start = time.perf_counter()
+    with closing(sqlite3.connect(checkpoints or store.root / "checkpoints.sqlite", check_same_thread=False)) as conn:
+        graph = build_graph(nodes, checkpointer=SqliteSaver(conn))
+        run = {"configurable": {"thread_id": thread_id}}
+        inputs = {"question": question, "doc_ids": list(doc_ids) if doc_ids is not None else None, "trace": []}
+        for update in graph.stream(inputs, run, context=context, stream_mode="updates"):
+            for node, values in update.items():
+                if on_event is not None:
+                    on_event(node, values or {})
+        state = graph.get_state(run).values
+    verdict = state.get("verdict", {})
+    return AskResult(question=question, answer=state.get("answer", ""), claims=state.get("claims", []),
+                     confidence=float(verdict.get("confidence", 0.0)), rounds=int(state.get("round", 1)),
+                     seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s", 0.0)),
+                     tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", []))
