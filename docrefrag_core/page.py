@@ -6,7 +6,7 @@ PDF points with the origin at the top-left of the page (PyMuPDF's convention).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -43,7 +43,6 @@ class PageInput:
     words: list[Word]
     blocks: list[Block]
     image: np.ndarray  # (H, W, 3) uint8 render of the whole page
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.width <= 0 or self.height <= 0:

@@ -20,6 +20,7 @@ from langchain_core.language_models import BaseChatModel
 from tqdm import tqdm
 
 from evals.datasets import Question, mmlongbench_format
+from evals.jsonl import load_rows
 from evals.scoring import longdocurl_aggregate, longdocurl_score, mmlongbench_aggregate, mmlongbench_score
 from graph.context import AskConfig
 from graph.run import run_ask
@@ -39,12 +40,7 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                      doc_ids: dict[str, str], out: Path, config: AskConfig | None = None,
                      show_progress: bool = True) -> list[dict]:
     """Per-question rows (resumed from `out`, a JSONL file), one graph run per new question."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    rows = {}
-    if out.is_file():
-        for line in out.read_text().splitlines():
-            row = json.loads(line)
-            rows[row["qid"]] = row
+    rows = load_rows(out)
     with open(out, "a") as f:
         for q in tqdm(questions, desc="answering", unit="q", disable=not show_progress):
             if q.qid in rows or q.doc_name not in doc_ids:

@@ -17,6 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from evals.datasets import Question
+from evals.jsonl import load_rows
 from evals.metrics import KS, mean_metrics, retrieval_metrics
 from indexes.fusion import fuse
 from indexes.hybrid import HybridSearcher
@@ -39,12 +40,7 @@ class RetrievalReport:
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
                        out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True) -> RetrievalReport:
     """`doc_ids` maps a benchmark document name to its id in `store`."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = {}
-    if out.is_file():
-        for line in out.read_text().splitlines():
-            row = json.loads(line)
-            done[row["qid"]] = row
+    done = load_rows(out)
     skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
     rows = list(done.values())
     with open(out, "a") as f:

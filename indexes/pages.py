@@ -67,10 +67,6 @@ class ParsedPage:
     error: str | None = None
     timings: dict = field(default_factory=dict)
 
-    @property
-    def text(self) -> str:
-        return "\n".join(c.text for c in self.chunks)
-
     def to_input(self) -> PageInput:
         return PageInput(self.width, self.height, self.words, self.blocks, self.image)
 

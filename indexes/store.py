@@ -332,13 +332,6 @@ class Store:
         self.collect_garbage()
         return old
 
-    def remove_document(self, doc_id: str) -> None:
-        with self.db:
-            self._delete_rows(doc_id)
-            self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (doc_id,))
-            self._bump_generation()
-        self.collect_garbage()
-
     def collect_garbage(self) -> None:
         """Remove vectors and renders of retired documents (idempotent; safe to rerun after a kill)."""
         for (doc_id,) in self.db.execute("SELECT doc_id FROM tombstones").fetchall():
