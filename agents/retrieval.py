@@ -12,10 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
 from agents.schemas import Plan
-from indexes.fusion import RRF_K, FusionMethod, fuse
+from indexes.fusion import RRF_K, FusionMethod, fuse_with_diagnostics
 from indexes.hybrid import Hit, HybridSearcher
 
 logger = logging.getLogger(__name__)
@@ -27,6 +25,8 @@ class QueryRun:
     dense_query: str
     hits: list[Hit]
     top_overlap: float  # share of the two branches' top-5 pages in common (low: the branches disagree)
+    query_disagreement: float  # (1 - Spearman rho) / 2 of the branches over the candidates
+    weight_sparse: float  # the fusion's share of BM25 for this query
 
 
 def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Sequence[str] | None, k: int,
@@ -41,18 +41,13 @@ def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Se
         cands = searcher.candidates(sparse_query, doc_ids, k=k, dense_query=dense_query)
         if not cands.keys:
             continue
-        fused = fuse(cands.sparse, cands.dense, method)
+        fused, diag = fuse_with_diagnostics(cands.sparse, cands.dense, method)
         hits = searcher.to_hits(cands, fused, sparse_query, max(k * 2, 10))
-        runs.append(QueryRun(sparse_query, dense_query, hits[:k], _top_overlap(cands.sparse, cands.dense)))
+        runs.append(QueryRun(sparse_query, dense_query, hits[:k], diag.top_overlap, diag.query_disagreement,
+                             diag.weight_sparse))
         for rank, hit in enumerate(h for h in hits if (h.doc_id, h.page) not in exclude):
             key = (hit.doc_id, hit.page)
             merged[key] = merged.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
             best_hit.setdefault(key, hit)
     ranked = sorted(merged, key=lambda key: -merged[key])[:k]
     return [best_hit[key] for key in ranked], runs
-
-
-def _top_overlap(sparse: np.ndarray, dense: np.ndarray, n: int = 5) -> float:
-    s = set(np.argsort(-np.nan_to_num(sparse, nan=-np.inf), kind="stable")[:n])
-    d = set(np.argsort(-np.nan_to_num(dense, nan=-np.inf), kind="stable")[:n])
-    return len(s & d) / n

@@ -32,7 +32,7 @@ def _scope(store: Store, doc: str | None) -> list[str] | None:
 def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
     def search_pages(query: str, k: int = 5, doc: str | None = None) -> str:
         """Rank pages for a query with BM25 and page-region vectors fused; returns JSON hits (1-based pages)."""
-        hits = searcher.search(query, k=k, doc_ids=_scope(store, doc), method="sum")
+        hits = searcher.search(query, k=k, doc_ids=_scope(store, doc))
         return json.dumps([{"doc_id": h.doc_id, "page": h.page, "score": round(h.fused, 4),
                             "snippet": h.snippet[:200]} for h in hits])
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import platformdirs
 
-from indexes.fusion import FusionMethod
+from indexes.fusion import DEFAULT_METHOD, FusionMethod
 from indexes.hybrid import Hit, HybridSearcher
 from indexes.ingest import IngestResult, Ingestor
 from indexes.errors import StoreError
@@ -77,7 +77,7 @@ class DocRefrag:
             return ingestor.ingest(paths)
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
-               method: FusionMethod = "rrf") -> list[Hit]:
+               method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
         """Top-k pages for `query` (1-based page numbers), optionally within documents `doc`."""
         store = self.open_store()
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]

@@ -9,6 +9,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from indexes.fusion import DEFAULT_METHOD, METHODS
+
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
 
 
@@ -45,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_args(search)
     search.add_argument("--doc", action="append", default=None, help="restrict to this document (id, id prefix or name); repeatable")
     search.add_argument("-k", type=int, default=5, help="pages to return (default 5)")
-    search.add_argument("--fusion", choices=["rrf", "sum", "sparse", "dense"], default="rrf")
+    search.add_argument("--fusion", choices=list(METHODS), default=DEFAULT_METHOD,
+                        help=f"how the BM25 and visual rankings combine (default {DEFAULT_METHOD}; see indexes/fusion.py)")
     search.add_argument("--json", action="store_true")
 
     docs = sub.add_parser("docs", help="list the documents of a store")

@@ -25,7 +25,7 @@ from indexes.store import Store
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("sparse", "dense", "rrf", "sum")
+METHODS = ("sparse", "dense", "rrf", "sum", "consistency")
 
 
 @dataclass

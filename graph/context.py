@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from indexes.fusion import FusionMethod
+from indexes.fusion import DEFAULT_METHOD, FusionMethod
 from indexes.hybrid import HybridSearcher
 from indexes.store import Store
 
@@ -18,7 +18,7 @@ class AskConfig:
     tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined"})
     pages: int = field(default=3, metadata={"help": "pages the answer agent reads"})
     chars_per_page: int = field(default=1500, metadata={"help": "characters of each page the answer agent reads"})
-    fusion: FusionMethod = field(default="sum", metadata={"help": "fusion of the sparse and dense branches"})
+    fusion: FusionMethod = field(default=DEFAULT_METHOD, metadata={"help": "fusion of the sparse and dense branches"})
     hyde: bool = field(default=True, metadata={"help": "write a hypothetical answer passage for the dense branch"})
     decompose: bool = field(default=False, metadata={"help": "split the question into sub-queries with the LLM "
                                                               "(off by default: the 135M local model returned valid JSON for 2 of 5 prompts)"})

@@ -45,7 +45,9 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     p = Plan(**state["plan"])
     k = cfg.pages + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
     hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, 10), cfg.fusion)
-    queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap} for r in runs]
+    queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap,
+                "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3)}
+               for r in runs]
     return {"hits": [asdict(h) for h in hits],
             "trace": [{"node": "retrieve", "round": state.get("round", 1), "queries": queries,
                        "hits": [_hit_summary(h) for h in hits]}]}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from indexes.fusion import FusionMethod, fuse
+from indexes.fusion import DEFAULT_METHOD, FusionMethod, fuse
 from indexes.store import Store
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class HybridSearcher:
         return Candidates(scope, keys, sparse, dense)
 
     def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
-               method: FusionMethod = "rrf") -> list[Hit]:
+               method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         cands = self.candidates(query, doc_ids, k)
