@@ -1,0 +1,76 @@
+"""Benchmark loaders, document discovery and retrieval metrics (hand-computed expectations)."""
+
+import json
+import math
+
+import pytest
+
+from evals.datasets import document_sources, load_questions, mmlongbench_format, split_available
+from evals.jsonl import load_rows
+from evals.metrics import mean_metrics, retrieval_metrics
+
+
+def test_mmlongbench_samples_are_parsed_without_eval(tmp_path):
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"doc_id": "a.pdf", "doc_type": "Academic paper", "question": "Q1?", "answer": "['x', 'y']",
+         "evidence_pages": "[2, 5]", "evidence_sources": "['Table', 'Chart']", "answer_format": "List"},
+        {"doc_id": "b.pdf", "doc_type": "Guidebook", "question": "Q2?", "answer": "Not answerable",
+         "evidence_pages": "[]", "evidence_sources": "[]", "answer_format": "None"},
+    ]))
+    q1, q2 = load_questions("mmlongbench", tmp_path)
+    assert q1.evidence_pages == (2, 5) and q1.evidence_sources == ("Table", "Chart") and q1.answerable
+    assert q1.doc_type == "Academic paper" and q1.qid == "mmlongbench-0"
+    assert q2.evidence_pages == () and not q2.answerable
+
+
+def test_malicious_list_literal_is_rejected(tmp_path):
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"doc_id": "a.pdf", "question": "Q", "answer": "1", "evidence_pages": "__import__('os').getcwd()",
+         "evidence_sources": "[]", "answer_format": "Int"}]))
+    with pytest.raises(ValueError):
+        load_questions("mmlongbench", tmp_path)
+
+
+def test_longdocurl_native_jsonl(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(json.dumps({"question_id": "free_1", "doc_no": "4055915", "question": "How many?", "answer": 5,
+                                "evidence_pages": [54], "evidence_sources": ["Table"], "answer_format": "Integer",
+                                "task_tag": "Reasoning", "start_end_idx": [42, 71]}) + "\n")
+    (q,) = load_questions("longdocurl", path)
+    assert (q.qid, q.doc_name, q.answer, q.evidence_pages, q.task) == ("free_1", "4055915.pdf", "5", (54,), "Reasoning")
+    assert mmlongbench_format(q) == "Int" and q.extra["start_end_idx"] == [42, 71]
+
+
+def test_documents_as_pdfs_or_page_image_folders(tmp_path):
+    (tmp_path / "pdfs").mkdir()
+    (tmp_path / "pdfs" / "4000400.pdf").write_bytes(b"%PDF")
+    images = tmp_path / "page_images" / "4055915"
+    images.mkdir(parents=True)
+    (images / "4055915_0.png").write_bytes(b"")
+    sources = document_sources(tmp_path)
+    assert sources["4000400.pdf"].name == "4000400.pdf" and sources["4055915.pdf"] == images
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"doc_id": d, "question": "Q", "answer": "1", "evidence_pages": "[1]", "evidence_sources": "[]",
+         "answer_format": "Int"} for d in ("4000400.pdf", "4055915.pdf", "missing.pdf")]))
+    present, missing = split_available(load_questions("mmlongbench", tmp_path), sources)
+    assert [q.doc_name for q in present] == ["4000400.pdf", "4055915.pdf"] and [q.doc_name for q in missing] == ["missing.pdf"]
+
+
+def test_retrieval_metrics_by_hand():
+    m = retrieval_metrics([3, 7, 2, 9, 1], [2, 8], ks=(1, 3, 5))
+    assert m["recall@1"] == 0 and m["recall@3"] == 0.5 and m["recall@5"] == 0.5
+    assert m["precision@3"] == pytest.approx(1 / 3) and m["precision@5"] == pytest.approx(0.2)
+    assert m["mrr@1"] == 0 and m["mrr@3"] == pytest.approx(1 / 3)
+    ideal = 1 + 1 / math.log2(3)
+    assert m["ndcg@3"] == pytest.approx((1 / math.log2(4)) / ideal)
+    assert retrieval_metrics([5], [5], ks=(1,))["ndcg@1"] == 1.0
+    with pytest.raises(ValueError, match="relevant"):
+        retrieval_metrics([1], [])
+    assert mean_metrics([{"a": 1.0}, {"a": 0.0}]) == {"a": 0.5}
+
+
+def test_jsonl_log_resumes(tmp_path):
+    log = tmp_path / "runs" / "x.jsonl"
+    assert load_rows(log) == {} and log.parent.is_dir()
+    log.write_text(json.dumps({"qid": "a", "v": 1}) + "\n" + json.dumps({"qid": "b", "v": 2}) + "\n")
+    assert load_rows(log) == {"a": {"qid": "a", "v": 1}, "b": {"qid": "b", "v": 2}}
