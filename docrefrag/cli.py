@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, default=None, help="first N questions only")
     ev.add_argument("--retrieval-only", action="store_true", help="rank pages only (no answering)")
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
+    ev.add_argument("--hyde", action="store_true", help="retrieval-only: add the planner's HyDE passage to the dense branch")
+    ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
@@ -243,7 +245,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with _api(args) as dr:
         store = dr.open_store(create=True)
         report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,
-                               show_progress=sys.stderr.isatty())
+                               show_progress=sys.stderr.isatty(), llm=dr.llm(args.llm) if args.hyde or args.decompose else None,
+                               hyde=args.hyde, decompose=args.decompose)
     print(markdown_table(report))
     print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
           f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; reports in {args.out}")

@@ -11,11 +11,13 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
+from agents.retrieval import search_plan
+from agents.schemas import Plan
 from evals.datasets import Question
 from evals.jsonl import load_rows
 from evals.metrics import KS, mean_metrics, retrieval_metrics
@@ -38,8 +40,11 @@ class RetrievalReport:
 
 
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
-                       out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True) -> RetrievalReport:
-    """`doc_ids` maps a benchmark document name to its id in `store`."""
+                       out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True,
+                       planner: Callable[[str], Plan] | None = None) -> RetrievalReport:
+    """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (HyDE and/or
+    decomposition), each question is searched as the ask graph's retrieve node does (sub-queries,
+    keywords, HyDE passage) instead of as one query; the plan is kept in the row."""
     done = load_rows(out)
     skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
     rows = list(done.values())
@@ -54,13 +59,20 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             if q.qid in done:
                 continue
             start = time.perf_counter()
-            cands = searcher.candidates(q.question, [doc_ids[q.doc_name]], k=max(KS))
-            latency = (time.perf_counter() - start) * 1000
-            row = {"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages), "latency_ms": latency}
-            for method in methods:
-                fused = fuse(cands.sparse, cands.dense, method)
-                ranked = [cands.keys[i][1] for i in np.argsort(-fused, kind="stable")[: max(KS)]]
-                row[method] = {"ranked": ranked, **retrieval_metrics(ranked, q.evidence_pages)}
+            scope = [doc_ids[q.doc_name]]
+            row = {"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages)}
+            if planner is None:
+                cands = searcher.candidates(q.question, scope, k=max(KS))
+                ranking = {m: [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, m), kind="stable")]
+                           for m in methods}
+            else:
+                plan = planner(q.question)
+                row["plan"] = plan.model_dump()
+                ranking = {m: [h.page for h in search_plan(plan, q.question, searcher, scope, max(KS), m)[0]]
+                           for m in methods}
+            row["latency_ms"] = (time.perf_counter() - start) * 1000
+            for method, ranked in ranking.items():
+                row[method] = {"ranked": ranked[: max(KS)], **retrieval_metrics(ranked[: max(KS)], q.evidence_pages)}
             f.write(json.dumps(row) + "\n")
             f.flush()
             rows.append(row)

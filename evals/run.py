@@ -8,6 +8,7 @@ from dataclasses import asdict
 from datetime import date
 from pathlib import Path
 
+from agents.planner import plan_question
 from evals.answers import evaluate_answers, summarise
 from evals.datasets import Benchmark, document_sources, load_questions, split_available
 from evals.report import latency_histogram, recall_curves
@@ -49,21 +50,28 @@ def prepare(benchmark: Benchmark, data_dir: Path, store: Store, limit: int | Non
 
 
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
-                  limit: int | None = None, show_progress: bool = True) -> RetrievalReport:
-    """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval)."""
+                  limit: int | None = None, show_progress: bool = True, llm=None, hyde: bool = False,
+                  decompose: bool = False) -> RetrievalReport:
+    """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval);
+    with `hyde` / `decompose` the chat model `llm` plans each question first (agents.planner)."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     searcher = HybridSearcher(store, embedder)
-    report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark}-retrieval.jsonl",
-                                show_progress=show_progress)
+    planner = None
+    if hyde or decompose:
+        planner = lambda question: plan_question(question, llm, decompose=decompose, hyde=hyde)[0]  # noqa: E731
+    setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else ""])
+    benchmark_setting = f"{benchmark}{setting}"
+    report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
+                                show_progress=show_progress, planner=planner)
     report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(),
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
-    (out_dir / f"{benchmark}-retrieval.json").write_text(json.dumps(summary, indent=2))
-    curves = recall_curves(report.methods, out_dir / f"{benchmark}-recall.png", f"{benchmark}: page recall")
-    latency = latency_histogram(report.latencies_ms, out_dir / f"{benchmark}-latency.png",
-                                f"{benchmark}: retrieval latency per question")
-    (out_dir / f"{benchmark}-retrieval.md").write_text(
-        f"# {benchmark} retrieval ({report.questions} questions, {date.today().isoformat()})\n\n"
+    (out_dir / f"{benchmark_setting}-retrieval.json").write_text(json.dumps(summary, indent=2))
+    curves = recall_curves(report.methods, out_dir / f"{benchmark_setting}-recall.png", f"{benchmark_setting}: page recall")
+    latency = latency_histogram(report.latencies_ms, out_dir / f"{benchmark_setting}-latency.png",
+                                f"{benchmark_setting}: retrieval latency per question")
+    (out_dir / f"{benchmark_setting}-retrieval.md").write_text(
+        f"# {benchmark_setting} retrieval ({report.questions} questions, {date.today().isoformat()})\n\n"
         + markdown_table(report) + f"\n\nSkipped: {report.skipped}\n\n"
         + f"![recall]({curves.name})\n\n![latency]({latency.name})\n")
     return report
