@@ -30,7 +30,7 @@ class QueryRun:
 
 
 def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Sequence[str] | None, k: int,
-                method: FusionMethod, exclude: set[tuple[str, int]] = frozenset()) -> tuple[list[Hit], list[QueryRun]]:
+                method: FusionMethod) -> tuple[list[Hit], list[QueryRun]]:
     runs: list[QueryRun] = []
     merged: dict[tuple[str, int], float] = {}
     best_hit: dict[tuple[str, int], Hit] = {}
@@ -45,7 +45,7 @@ def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Se
         hits = searcher.to_hits(cands, fused, sparse_query, max(k * 2, 10))
         runs.append(QueryRun(sparse_query, dense_query, hits[:k], diag.top_overlap, diag.query_disagreement,
                              diag.weight_sparse))
-        for rank, hit in enumerate(h for h in hits if (h.doc_id, h.page) not in exclude):
+        for rank, hit in enumerate(hits):
             key = (hit.doc_id, hit.page)
             merged[key] = merged.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
             best_hit.setdefault(key, hit)

@@ -93,14 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; rerun the same command to resume", file=sys.stderr)
         return EXIT_ERROR
-    except Exception as e:  # every error reaches the user as one line
-        from agents.llm import LLMOutputError, LLMUnavailableError
-        from docrefrag_core.weights import ModelCorruptedError, ModelNotFoundError
-        from indexes.errors import EncoderError, IngestError, StoreError
-
-        if args.verbose or not isinstance(e, (ModelNotFoundError, ModelCorruptedError, IngestError, StoreError, EncoderError,
-                                               LLMUnavailableError, LLMOutputError,
-                                               ValueError, ConnectionError, OSError)):
+    except Exception as e:  # every error reaches the user as one line; -v adds the traceback
+        if args.verbose:
             logging.getLogger("docrefrag").exception("failed")
         print(f"error: {e}", file=sys.stderr)
         return EXIT_ERROR
@@ -263,11 +257,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with DocRefrag(store=args.dir / "store") as dr:
         for r in dr.ingest([pdf], show_progress=sys.stderr.isatty()):
             print(f"ingest: {r.status} {r.doc_id} {r.pages} pages in {r.seconds:.1f} s")
-        found = 0
         for fact in facts[:4]:
             hits = dr.search(fact.question, k=3)
             top = [h.page for h in hits]
-            found += fact.page == top[0]
             print(f"\nQ: {fact.question}\n   evidence on page {fact.page}; top pages {top}")
             print(f"   best region {tuple(round(v) for v in hits[0].bbox or ())}: {' '.join(hits[0].snippet.split())[:90]}")
     print(f"\nstore: {args.dir / 'store'}  (try: docrefrag search \"rail passengers\" --store {args.dir / 'store'})")

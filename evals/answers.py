@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
@@ -46,7 +47,8 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
             if q.qid in rows or q.doc_name not in doc_ids:
                 continue
             result = run_ask(store, searcher, llm, q.question, [doc_ids[q.doc_name]], config,
-                             checkpoints=out.with_suffix(".checkpoints.sqlite"), thread_id=q.qid)
+                             checkpoints=out.with_suffix(".checkpoints.sqlite"),
+                             thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}")  # a fresh thread: nothing carried over
             retrieved = next((e["hits"] for e in result.trace if e["node"] == "retrieve"), [])
             row = {"qid": q.qid, "doc": q.doc_name, "question": q.question, "answer": q.answer,
                    "answer_format": q.answer_format, "pred": result.answer, "score": score(q, result.answer),

@@ -77,26 +77,27 @@ def dir_size(path: Path) -> int:
 _REOPEN = """
 import json, sys, time
 t0 = time.perf_counter()
-from docrefrag.api import DocRefrag
+from indexes.hybrid import HybridSearcher
+from indexes.store import Store
 t_import = time.perf_counter() - t0
 t1 = time.perf_counter()
-dr = DocRefrag(store=sys.argv[1])
-docs = dr.docs()
-store = dr.open_store()
+store = Store(sys.argv[1])
+docs = store.documents()
 store.visual.count()
 store.bm25()
 t_index = time.perf_counter() - t1
 t_open = time.perf_counter() - t0
-t1 = time.perf_counter(); dr.embedder; t_model = time.perf_counter() - t1
-t2 = time.perf_counter(); dr.search("revenue growth by region", k=5, doc=docs[0].doc_id); t_first = time.perf_counter() - t2
-queries = [l for l in sys.argv[2].split("|")]
+t2 = time.perf_counter()
+from docrefrag_core.text_embedder import TextEmbedder
+searcher = HybridSearcher(store, TextEmbedder.default())
+t_model = time.perf_counter() - t2
+t3 = time.perf_counter(); searcher.search("revenue growth by region", k=5, doc_ids=[docs[0].doc_id]); t_first = time.perf_counter() - t3
 lat = []
-for i, q in enumerate(queries):
-    d = docs[i % len(docs)].doc_id
-    t = time.perf_counter(); dr.search(q, k=5, doc=d); lat.append(time.perf_counter() - t)
+for i, q in enumerate(sys.argv[2].split("|")):
+    t = time.perf_counter(); searcher.search(q, k=5, doc_ids=[docs[i % len(docs)].doc_id]); lat.append(time.perf_counter() - t)
 import psutil
-print(json.dumps({"open_s": t_open, "import_s": t_import, "index_open_s": t_index, "model_load_s": t_model, "first_search_s": t_first, "latencies_s": lat,
-                  "rss_mb": psutil.Process().memory_info().rss / 1e6}))
+print(json.dumps({"open_s": t_open, "import_s": t_import, "index_open_s": t_index, "model_load_s": t_model,
+                  "first_search_s": t_first, "latencies_s": lat, "rss_mb": psutil.Process().memory_info().rss / 1e6}))
 """
 
 QUERIES = [

@@ -96,7 +96,8 @@ def document_sources(data_dir: Path) -> dict[str, Path]:
     for pdf in sorted(Path(data_dir).rglob("*.pdf")):
         found.setdefault(pdf.name, pdf)
         found.setdefault(pdf.stem, pdf)
-    for folder in sorted(p.parent for p in Path(data_dir).rglob("*.png")):
+    images = (p for p in Path(data_dir).rglob("*") if p.suffix.lower() in (".png", ".jpg", ".jpeg"))
+    for folder in sorted({p.parent for p in images}):
         found.setdefault(f"{folder.name}.pdf", folder)
         found.setdefault(folder.name, folder)
     return found

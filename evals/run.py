@@ -21,18 +21,11 @@ from indexes.store import Store
 logger = logging.getLogger(__name__)
 
 
-def question_file(data_dir: Path) -> Path:
-    path = Path(data_dir) / "samples.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{data_dir}: no samples.json; pass the benchmark's data folder")
-    return path
-
-
 def prepare(benchmark: Benchmark, data_dir: Path, store: Store, limit: int | None,
             show_progress: bool) -> tuple[list, dict[str, str], int]:
     """(questions whose document is present, benchmark doc name -> doc id, questions skipped):
     loads the questions and ingests the documents they need that the store lacks."""
-    questions = load_questions(benchmark, question_file(data_dir))
+    questions = load_questions(benchmark, data_dir)
     if limit is not None:
         questions = questions[:limit]
     sources = document_sources(data_dir)

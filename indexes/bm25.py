@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
+import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,19 +87,25 @@ class BM25Index:
         )
         return cls(rows, counts, list(vocab))
 
-    def save(self, path: Path) -> None:
-        """Atomically write the index to `path` (.npz)."""
-        tmp = path.with_name(path.name + ".tmp.npz")
-        meta = {"vocab": self.vocab, "rows": [[r.doc_id, r.page, r.chunk] for r in self.rows]}
+    def save(self, path: Path, generation: int) -> None:
+        """Atomically write the index to `path` (.npz), tagged with the store generation it reflects."""
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp.npz")
+        meta = {"vocab": self.vocab, "rows": [[r.doc_id, r.page, r.chunk] for r in self.rows], "generation": generation}
         np.savez(tmp, data=self.counts.data, indices=self.counts.indices, indptr=self.counts.indptr,
                  shape=np.array(self.counts.shape), meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path) -> "BM25Index":
-        with np.load(path) as z:
-            meta = json.loads(z["meta"].tobytes())
-            counts = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+    def load(cls, path: Path, generation: int) -> "BM25Index | None":
+        """The index saved at `path` if it reflects store generation `generation`, else None."""
+        try:
+            with np.load(path) as z:
+                meta = json.loads(z["meta"].tobytes())
+                if meta.get("generation") != generation:
+                    return None
+                counts = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            return None  # missing or damaged: the caller rebuilds it from the catalog
         return cls([ChunkRow(*r) for r in meta["rows"]], counts, meta["vocab"])
 
     def __len__(self) -> int:

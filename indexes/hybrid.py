@@ -59,12 +59,13 @@ class HybridSearcher:
         if not scope:
             return Candidates(scope, [], np.zeros(0), np.zeros(0))
         n = max(self.n_candidates, k)
+        visual = self.store.visual  # opened first: if another process holds the index, fail before any work
         bm25 = self.store.bm25()
         positions, scores = bm25.page_scores(query, scope)
         top = np.argsort(-scores, kind="stable")[:n]
         sparse_by_key = {bm25.page_keys[positions[i]]: float(scores[i]) for i in top}
         query_vec = self.embedder.embed_queries([dense_query or query])[0]
-        dense_by_key = {(h.doc_id, h.page): h.score for h in self.store.visual.search(query_vec, k=n, doc_ids=scope)}
+        dense_by_key = {(h.doc_id, h.page): h.score for h in visual.search(query_vec, k=n, doc_ids=scope)}
         keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
         sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
         dense = np.array([dense_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal
@@ -21,7 +22,8 @@ from tqdm import tqdm
 from docrefrag_core.chunking import retrieval_vectors
 from docrefrag_core.page_encoder import PageEncoder, PageTokens, default_encoder
 from indexes.errors import EncoderError, IngestError
-from indexes.pages import IMAGE_SUFFIXES, DocSource, PageParser, ParsedPage, image_folder_source, inspect_source
+from indexes.pages import (IMAGE_SUFFIXES, DocSource, PageParser, ParsedPage, failed_page, image_folder_source,
+                           inspect_source)
 from indexes.store import Store
 
 logger = logging.getLogger(__name__)
@@ -56,8 +58,9 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[DocSource], list[IngestR
                                       "PDF files and folders of page images (PNG/JPEG): convert it to PDF first")
                 sources.append(DocSource("pdf", path.resolve()))
             elif path.is_dir():
-                found = _scan_folder(path.resolve())
-                if not found:
+                known_errors = len(errors)
+                found = _scan_folder(path.resolve(), errors)
+                if not found and len(errors) == known_errors:
                     raise IngestError(f"{path}: no PDF files or page images in this folder; "
                                       "pass PDF files, folders of PDFs, or folders of PNG/JPEG page images")
                 sources.extend(found)
@@ -68,14 +71,21 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[DocSource], list[IngestR
     return sources, errors
 
 
-def _scan_folder(folder: Path) -> list[DocSource]:
-    found: list[DocSource] = []
+def _scan_folder(folder: Path, errors: list[IngestResult]) -> list[DocSource]:
+    """PDFs of the folder and its subfolders; a folder holding page images and no PDF is one document.
+
+    Images next to PDFs (figures, logos) are not pages and are skipped; a broken image folder is
+    reported as its own failure and the scan goes on.
+    """
     entries = sorted(folder.iterdir())
-    if any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in entries):
-        found.append(image_folder_source(folder))
-    found += [DocSource("pdf", p) for p in entries if p.is_file() and p.suffix.lower() == ".pdf"]
+    found = [DocSource("pdf", p) for p in entries if p.is_file() and p.suffix.lower() == ".pdf"]
+    if not found and any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in entries):
+        try:
+            found.append(image_folder_source(folder))
+        except IngestError as e:
+            errors.append(IngestResult(str(folder), "failed", message=str(e)))
     for sub in (p for p in entries if p.is_dir() and not p.name.startswith(".")):
-        found += _scan_folder(sub)
+        found += _scan_folder(sub, errors)
     return found
 
 
@@ -208,20 +218,19 @@ class Ingestor:
         timings = {"parse": 0.0, "encode": 0.0, "index": 0.0}
         bar = tqdm(total=n_pages, initial=n_pages - len(todo), unit="page", desc=source.name[:40],
                    disable=not self.show_progress, leave=False)
-        in_flight: deque[Future] = deque()
-        pending = iter(todo)
+        in_flight: deque[tuple[int, Future]] = deque()
         try:
-            for index in pending:
-                in_flight.append(self.pool.submit(_process_in_worker, source, index))
+            for index in todo:
+                in_flight.append((index, self.pool.submit(_process_in_worker, source, index)))
                 if len(in_flight) >= 2 * self.workers:
-                    self._commit(doc_id, in_flight.popleft().result(), timings)
+                    self._take(doc_id, *in_flight.popleft(), timings)
                     bar.update()
             while in_flight:
-                self._commit(doc_id, in_flight.popleft().result(), timings)
+                self._take(doc_id, *in_flight.popleft(), timings)
                 bar.update()
         finally:
             bar.close()
-            for f in in_flight:
+            for _, f in in_flight:
                 f.cancel()
         self.store.finish_document(doc_id)
         info = self.store.find(doc_id)
@@ -231,6 +240,20 @@ class Ingestor:
         notes += errors[:3] + ([f"and {len(errors) - 3} more failed pages"] if len(errors) > 3 else [])
         return IngestResult(str(source.path), status, doc_id, info.n_pages, info.ocr_pages, info.failed_pages,
                             message="; ".join(notes), timings=timings)
+
+    def _take(self, doc_id: str, index: int, future: Future, timings: dict) -> None:
+        """Commit one page's result; a crashed worker (a segfault in a native library, the OOM killer)
+        fails the pages it held, and a new pool takes the rest of the document."""
+        try:
+            result = future.result()
+        except BrokenProcessPool as e:
+            logger.warning("a page worker died while page %d was in flight: %s", index + 1, e)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+            self.store.add_page(doc_id, failed_page(index + 1, f"page {index + 1} crashed its worker process"), None)
+            return
+        self._commit(doc_id, result, timings)
 
     def _commit(self, doc_id: str, result: PageResult, timings: dict) -> None:
         for key, value in result.seconds.items():

@@ -71,6 +71,12 @@ class ParsedPage:
         return PageInput(self.width, self.height, self.words, self.blocks, self.image)
 
 
+def failed_page(page: int, reason: str) -> ParsedPage:
+    """The record of a page that could not be parsed: no content, the reason and the remedy."""
+    return ParsedPage(page, 1.0, 1.0, [], [], "", [], False, b"", np.zeros((1, 1, 3), np.uint8),
+                      error=f"{reason}; fix or replace the page and rerun the ingest to retry it")
+
+
 def page_number(path: Path) -> int:
     """The page number in an image's file name (the last number in the stem)."""
     numbers = re.findall(r"\d+", path.stem)
@@ -111,7 +117,12 @@ def open_pdf(path: Path) -> pymupdf.Document:
 def inspect_source(source: DocSource) -> tuple[int, str]:
     """(page count, a warning for the user or ""); raises IngestError for an unusable document."""
     if source.kind == "images":
-        return len(source.files), ""
+        numbers = [page_number(p) for p in source.files]
+        gaps = numbers != list(range(numbers[0], numbers[0] + len(numbers)))
+        warning = (f"the page numbers in the file names are not consecutive ({numbers[0]}..{numbers[-1]} for "
+                   f"{len(numbers)} images); pages are numbered 1..{len(numbers)} in file-name order, so add the "
+                   "missing pages if citations must match the original numbering") if gaps else ""
+        return len(source.files), warning
     with open_pdf(source.path) as doc:
         warning = ("the PDF was damaged and PyMuPDF repaired it, so pages may be incomplete; "
                    "re-export it if content is missing") if doc.is_repaired else ""
@@ -138,9 +149,7 @@ class PageParser:
             return self._parse_image_page(index)
         except Exception as e:  # a broken page must not stop the document
             logger.warning("page %d of %s failed: %s", index + 1, self.source.path, e)
-            return ParsedPage(index + 1, 1.0, 1.0, [], [], "", [], False, b"", np.zeros((1, 1, 3), np.uint8),
-                              error=f"page {index + 1} could not be parsed ({e}); fix or replace the page and "
-                                    "rerun the ingest to retry it")
+            return failed_page(index + 1, f"page {index + 1} could not be parsed ({e})")
 
     def _parse_pdf_page(self, index: int) -> ParsedPage:
         page = self._doc[index]

@@ -248,29 +248,31 @@ class Store:
         return self.root / "renders" / doc_id / f"{page}.jpg"
 
     def bm25(self) -> BM25Index:
-        """The BM25 index of the ready documents, rebuilt when they changed since it was saved."""
+        """The BM25 index of the ready documents. The saved file is used when it reflects the current
+        generation; otherwise (an ingest was interrupted before saving it) the index is built in
+        memory, and only an ingest writes the file, so concurrent readers never race on it."""
         generation = int(self._meta("generation"))
         if self._bm25 is not None and self._bm25[0] == generation:
             return self._bm25[1]
-        path = self.root / "bm25.npz"
-        if path.is_file() and self._meta("bm25_generation") == str(generation):
-            index = BM25Index.load(path)
-        else:
-            index = self.rebuild_bm25()
+        index = BM25Index.load(self.root / "bm25.npz", generation) if (self.root / "bm25.npz").is_file() else None
+        if index is None:
+            index = self._build_bm25()
         self._bm25 = (generation, index)
         return index
 
     def rebuild_bm25(self) -> BM25Index:
-        generation = self._meta("generation")
+        """Build the BM25 index of the ready documents and save it (called by ingest)."""
+        generation = int(self._meta("generation"))
+        index = self._build_bm25()
+        index.save(self.root / "bm25.npz", generation)
+        return index
+
+    def _build_bm25(self) -> BM25Index:
         rows = self.db.execute(
             """SELECT c.doc_id, c.page, c.chunk, c.text FROM chunks c JOIN documents d ON d.doc_id = c.doc_id
                WHERE d.status = 'ready' ORDER BY c.doc_id, c.page, c.chunk"""
         )
-        index = BM25Index.build(rows)
-        index.save(self.root / "bm25.npz")
-        with self.db:
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('bm25_generation', ?)", (generation,))
-        return index
+        return BM25Index.build(rows)
 
     # ------------------------------------------------------------------ writes (ingest)
 

@@ -367,3 +367,54 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
         check_consistent(store)
         hits = HybridSearcher(store, embedder).search("station s017", k=1, doc_ids=[partial.doc_id])
         assert [(h.doc_id, h.page) for h in hits] == [(partial.doc_id, 17)]
+
+
+# ---------------------------------------------------------------------- worker crashes and folder scans
+
+
+def crash_on_marker_encoder():
+    """An encoder factory for worker processes: the worker dies (as on a segfault) on a page that
+    contains the word CRASHME."""
+    from docrefrag_core.page_encoder import default_encoder
+
+    encoder = default_encoder()
+    encode = encoder.encode
+
+    def encode_or_die(page):
+        if any(w.text == "CRASHME" for w in page.words):
+            os._exit(1)
+        return encode(page)
+
+    encoder.encode = encode_or_die
+    return encoder
+
+
+def test_a_worker_crash_fails_only_its_pages(tmp_path, light_pdf):
+    bad = light_pdf(tmp_path / "bad.pdf", 4, tag="crash")
+    with pymupdf.open(bad) as doc:
+        doc[1].insert_text((50, 700), "CRASHME", fontsize=12)
+        doc.saveIncr()
+    good = light_pdf(tmp_path / "good.pdf", 2, tag="fine")
+    with Store(tmp_path / "store", create=True) as store, \
+            Ingestor(store, crash_on_marker_encoder, workers=1, show_progress=False) as ingestor:
+        results = {Path(r.source).name: r for r in ingestor.ingest([bad, good])}
+        crashed, fine = results["bad.pdf"], results["good.pdf"]
+        assert crashed.status == "added" and crashed.doc_id in store.ready_ids()
+        assert store.page(crashed.doc_id, 2).error.startswith("page 2 crashed its worker process")
+        assert store.page(crashed.doc_id, 1).error is None and 1 <= crashed.failed_pages <= 2
+        assert "rerun the ingest" in crashed.message
+        assert (fine.status, fine.failed_pages) == ("added", 0)
+
+
+def test_images_next_to_pdfs_are_not_a_document_and_a_bad_image_folder_fails_alone(tmp_path, ingest, light_pdf):
+    root = tmp_path / "reports"
+    (root / "assets").mkdir(parents=True)
+    light_pdf(root / "annual.pdf", 1, tag="annual")
+    with pymupdf.open(root / "annual.pdf") as doc:
+        doc[0].get_pixmap(dpi=36).save(root / "logo.png")  # a figure beside the PDFs, not a page
+        doc[0].get_pixmap(dpi=36).save(root / "assets" / "cover.png")  # no page number in the name
+    with Store(tmp_path / "store", create=True) as store:
+        results = {Path(r.source).name: r for r in ingest(store, root)}
+        assert results["annual.pdf"].status == "added"
+        assert results["assets"].status == "failed" and "page number" in results["assets"].message
+        assert [d.name for d in store.documents()] == ["annual.pdf"]

@@ -115,9 +115,12 @@ def test_save_and_load_give_identical_scores(tmp_path: Path):
     rows = random_doc(rng, "A", 6) + random_doc(rng, "B", 5)
     index = BM25Index.build(rows)
     path = tmp_path / "bm25.npz"
-    index.save(path)
+    index.save(path, generation=3)
     assert path.is_file() and not list(tmp_path.glob("*.tmp*"))
-    loaded = BM25Index.load(path)
+    assert BM25Index.load(path, generation=4) is None  # written for another generation: not used
+    path.with_name("broken.npz").write_bytes(b"PK\x03\x04 damaged")
+    assert BM25Index.load(path.with_name("broken.npz"), generation=3) is None
+    loaded = BM25Index.load(path, generation=3)
     assert (loaded.rows, loaded.vocab, loaded.page_keys) == (index.rows, index.vocab, index.page_keys)
     for query in queries(rng):
         for scope in (None, ["A"], ["B"]):
