@@ -84,7 +84,7 @@ dense U 0.586 for sum, 0.723 for consistency (sparse 0.745).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -128,11 +128,6 @@ class FusionConfig:
         if not 0.0 <= self.lambda_ <= 1.0:
             raise ValueError(f"lambda_ must be in [0, 1], got {self.lambda_}; D(i) is in [0, 1], so a larger "
                              "penalty would outweigh both branches: pass 0 to switch the penalty off")
-
-    @classmethod
-    def help(cls) -> dict[str, str]:
-        """Help text of each field (for CLI flags)."""
-        return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,6 +4,8 @@ config validation, and the comparison methods (rrf, sum, sparse, dense) unchange
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
@@ -173,8 +175,8 @@ def test_config_validation_says_how_to_fix(kwargs: dict, message: str) -> None:
 
 
 def test_config_fields_have_help() -> None:
-    assert set(FusionConfig.help()) == {"method", "a0", "gamma", "kappa", "lambda_"}
-    assert all(FusionConfig.help().values())
+    assert {f.name: bool(f.metadata.get("help")) for f in fields(FusionConfig)} == dict.fromkeys(
+        ["method", "a0", "gamma", "kappa", "lambda_"], True)
 
 
 def test_misaligned_inputs_are_rejected() -> None:
