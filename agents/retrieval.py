@@ -42,7 +42,7 @@ def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Se
         if not cands.keys:
             continue
         fused, diag = fuse_with_diagnostics(cands.sparse, cands.dense, method)
-        hits = searcher.to_hits(cands, fused, sparse_query, max(k * 2, 10))
+        hits = searcher.to_hits(cands, fused, max(k * 2, 10))
         runs.append(QueryRun(sparse_query, dense_query, hits[:k], diag.top_overlap, diag.query_disagreement,
                              diag.weight_sparse))
         for rank, hit in enumerate(hits):

@@ -43,6 +43,15 @@ class ChunkRow:
 
 
 @dataclass(frozen=True)
+class ScopeScores:
+    scope: np.ndarray  # (n,) page positions searched
+    scores: np.ndarray  # (n,) their BM25 scores
+    query: Counter  # query term counts
+    idf: np.ndarray | None  # (vocab,) idf over the scope (None: empty scope)
+    avgdl: float
+
+
+@dataclass(frozen=True)
 class BM25Hit:
     doc_id: str
     page: int
@@ -60,7 +69,7 @@ class BM25Index:
         self.term_index = {t: i for i, t in enumerate(vocab)}
         pages = [(r.doc_id, r.page) for r in rows]
         self.page_keys = list(dict.fromkeys(pages))  # unique (doc_id, page) in row order
-        key_index = {key: i for i, key in enumerate(self.page_keys)}
+        self.position = key_index = {key: i for i, key in enumerate(self.page_keys)}  # (doc_id, page) -> position
         self.row_page = np.array([key_index[p] for p in pages], dtype=np.int64)  # (n_rows,)
         self.page_doc = np.array([k[0] for k in self.page_keys], dtype=object)  # (n_pages,)
         member = sp.csr_matrix(
@@ -139,41 +148,37 @@ class BM25Index:
             return np.arange(len(self.page_keys))
         return np.flatnonzero(np.isin(self.page_doc, list(doc_ids)))
 
-    def page_scores(self, query: str, doc_ids: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(page positions in scope, their BM25 scores) for every page in scope."""
-        scope, scores, _ = self._page_scores(query, doc_ids)
-        return scope, scores
-
-    def _page_scores(self, query: str, doc_ids: Sequence[str] | None):
+    def page_scores(self, query: str, doc_ids: Sequence[str] | None = None) -> ScopeScores:
+        """BM25 score of every page in scope, with the statistics used (for `best_chunks`)."""
         scope = self.scope(doc_ids)
         q = Counter(tokenize(query))
         if len(scope) == 0:
-            return scope, np.zeros(0), (q, None, 1.0)
+            return ScopeScores(scope, np.zeros(0), q, None, 1.0)
         idf, avgdl = self._idf(scope)
-        scores = self._score(self.page_counts[scope], self.page_len[scope], q, idf, avgdl)
-        return scope, scores, (q, idf, avgdl)
+        return ScopeScores(scope, self._score(self.page_counts[scope], self.page_len[scope], q, idf, avgdl),
+                           q, idf, avgdl)
 
-    def best_chunks(self, query: str, positions: np.ndarray, doc_ids: Sequence[str] | None = None) -> dict[int, int]:
-        """Best-matching chunk index of each page position (scored with the scope's statistics)."""
-        _, _, (q, idf, avgdl) = self._page_scores(query, doc_ids)
+    def best_chunks(self, scored: ScopeScores, positions: np.ndarray) -> dict[int, int]:
+        """Best-matching chunk index of each page position, with the statistics of `scored`."""
         rows = np.flatnonzero(np.isin(self.row_page, positions))
-        if idf is None or len(rows) == 0:
+        if scored.idf is None or len(rows) == 0:
             return {}
         row_counts = self.counts[rows]
-        row_scores = self._score(row_counts, np.asarray(row_counts.sum(axis=1)).ravel(), q, idf, avgdl)
+        row_scores = self._score(row_counts, np.asarray(row_counts.sum(axis=1)).ravel(), scored.query, scored.idf,
+                                 scored.avgdl)
         best: dict[int, tuple[float, int]] = {}
-        for r, s in zip(rows, row_scores):
+        for r, score in zip(rows, row_scores):
             p = int(self.row_page[r])
-            if p not in best or s > best[p][0]:
-                best[p] = (float(s), self.rows[r].chunk)
+            if p not in best or score > best[p][0]:
+                best[p] = (float(score), self.rows[r].chunk)
         return {p: chunk for p, (_, chunk) in best.items()}
 
     def search(self, query: str, k: int = 10, doc_ids: Sequence[str] | None = None) -> list[BM25Hit]:
         """Top-k pages in scope, each with its best chunk."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
-        scope, scores = self.page_scores(query, doc_ids)
-        order = np.argsort(-scores, kind="stable")[:k]
-        best = self.best_chunks(query, scope[order], doc_ids)
+        scored = self.page_scores(query, doc_ids)
+        order = np.argsort(-scored.scores, kind="stable")[:k]
+        best = self.best_chunks(scored, scored.scope[order])
         return [BM25Hit(self.page_keys[p][0], self.page_keys[p][1], float(s), best.get(int(p), 0))
-                for p, s in zip(scope[order], scores[order])]
+                for p, s in zip(scored.scope[order], scored.scores[order])]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from indexes.bm25 import ScopeScores
 from indexes.fusion import DEFAULT_METHOD, FusionMethod, fuse
 from indexes.store import Store
 
@@ -37,6 +38,7 @@ class Candidates:
     keys: list[tuple[str, int]]  # (doc_id, page) of each candidate
     sparse: np.ndarray  # (n,) BM25 score, NaN where the page is not among the sparse candidates
     dense: np.ndarray  # (n,) MaxSim score, NaN where the page is not among the dense candidates
+    bm25: ScopeScores | None  # the BM25 statistics of the query (for each hit's best chunk)
 
 
 class HybridSearcher:
@@ -57,34 +59,34 @@ class HybridSearcher:
         ready = set(self.store.ready_ids())
         scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
         if not scope:
-            return Candidates(scope, [], np.zeros(0), np.zeros(0))
+            return Candidates(scope, [], np.zeros(0), np.zeros(0), None)
         n = max(self.n_candidates, k)
         visual = self.store.visual  # opened first: if another process holds the index, fail before any work
         bm25 = self.store.bm25()
-        positions, scores = bm25.page_scores(query, scope)
-        top = np.argsort(-scores, kind="stable")[:n]
-        sparse_by_key = {bm25.page_keys[positions[i]]: float(scores[i]) for i in top}
+        scored = bm25.page_scores(query, scope)
+        top = np.argsort(-scored.scores, kind="stable")[:n]
+        sparse_by_key = {bm25.page_keys[scored.scope[i]]: float(scored.scores[i]) for i in top}
         query_vec = self.embedder.embed_queries([dense_query or query])[0]
         dense_by_key = {(h.doc_id, h.page): h.score for h in visual.search(query_vec, k=n, doc_ids=scope)}
         keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
         sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
         dense = np.array([dense_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
-        return Candidates(scope, keys, sparse, dense)
+        return Candidates(scope, keys, sparse, dense, scored)
 
     def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         cands = self.candidates(query, doc_ids, k)
-        return self.to_hits(cands, fuse(cands.sparse, cands.dense, method), query, k)
+        return self.to_hits(cands, fuse(cands.sparse, cands.dense, method), k)
 
-    def to_hits(self, cands: Candidates, fused: np.ndarray, query: str, k: int) -> list[Hit]:
+    def to_hits(self, cands: Candidates, fused: np.ndarray, k: int) -> list[Hit]:
         """The top-k candidates by `fused`, each with its best BM25 chunk as region and snippet."""
         order = np.argsort(-fused, kind="stable")[:k]
         chosen = [cands.keys[i] for i in order]
-        bm25 = self.store.bm25()
-        position = {key: i for i, key in enumerate(bm25.page_keys)}
-        best = bm25.best_chunks(query, np.array([position[key] for key in chosen if key in position]), cands.scope)
+        position = self.store.bm25().position
+        best = (self.store.bm25().best_chunks(cands.bm25, np.array([position[key] for key in chosen if key in position]))
+                if cands.bm25 is not None else {})
         hits = []
         for i, key in zip(order, chosen):
             chunk = self.store.chunk(*key, best[position[key]]) if position.get(key) in best else None

@@ -55,7 +55,8 @@ def queries(rng: random.Random) -> list[str]:
 
 
 def scores_by_key(index: BM25Index, query: str, doc_ids) -> dict[tuple[str, int], float]:
-    positions, scores = index.page_scores(query, doc_ids)
+    scored = index.page_scores(query, doc_ids)
+    positions, scores = scored.scope, scored.scores
     assert len(positions) == len(scores)
     return {index.page_keys[p]: s for p, s in zip(positions, scores)}
 
@@ -106,7 +107,7 @@ def test_scope_restricts_the_statistics(seed):
     alone = scores_by_key(index, "w29 w1", ["A"])
     together = scores_by_key(index, "w29 w1", None)
     assert any(abs(alone[k] - together[k]) > 1e-6 for k in alone)
-    assert index.page_scores("w1", ["nosuchdoc"])[0].size == 0
+    assert index.page_scores("w1", ["nosuchdoc"]).scope.size == 0
     assert index.search("w1", k=3, doc_ids=["nosuchdoc"]) == []
 
 
@@ -124,8 +125,8 @@ def test_save_and_load_give_identical_scores(tmp_path: Path):
     assert (loaded.rows, loaded.vocab, loaded.page_keys) == (index.rows, index.vocab, index.page_keys)
     for query in queries(rng):
         for scope in (None, ["A"], ["B"]):
-            p0, s0 = index.page_scores(query, scope)
-            p1, s1 = loaded.page_scores(query, scope)
+            p0, s0 = index.page_scores(query, scope).scope, index.page_scores(query, scope).scores
+            p1, s1 = loaded.page_scores(query, scope).scope, loaded.page_scores(query, scope).scores
             np.testing.assert_array_equal(p0, p1)
             np.testing.assert_array_equal(s0, s1)
             assert loaded.search(query, k=4, doc_ids=scope) == index.search(query, k=4, doc_ids=scope)
