@@ -201,7 +201,7 @@ class Ingestor:
                 result = IngestResult(str(source.path), "failed", message=str(e))
             result.seconds = time.perf_counter() - start
             results.append(result)
-        if any(r.status in ("added", "replaced", "resumed") for r in results):
+        if any(r.status in ("added", "replaced", "resumed") for r in results) or not self.store.bm25_saved():
             self.store.rebuild_bm25()
         return results
 

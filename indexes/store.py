@@ -260,6 +260,11 @@ class Store:
         self._bm25 = (generation, index)
         return index
 
+    def bm25_saved(self) -> bool:
+        """Whether bm25.npz reflects the current documents (else searches build the index in memory)."""
+        path = self.root / "bm25.npz"
+        return path.is_file() and BM25Index.load(path, int(self._meta("generation"))) is not None
+
     def rebuild_bm25(self) -> BM25Index:
         """Build the BM25 index of the ready documents and save it (called by ingest)."""
         generation = int(self._meta("generation"))

@@ -177,3 +177,14 @@ def test_pdf_page_without_text_layer_is_ocred(tmp_path, store, ingest, check_con
     assert any(b.kind == "figure" for b in scanned_page.blocks)
     assert "pelican" in store.chunk(result.doc_id, 2, 0).text.lower()
     check_consistent(store)
+
+
+def test_a_missing_bm25_file_is_built_in_memory_and_rewritten_by_the_next_ingest(tmp_path, ingest, light_pdf):
+    pdf = light_pdf(tmp_path / "notes.pdf", 2, tag="notes")
+    with Store(tmp_path / "store", create=True) as store:
+        ingest(store, pdf)
+        assert store.bm25_saved()
+        (tmp_path / "store" / "bm25.npz").unlink()
+    with Store(tmp_path / "store") as store:  # a reader: builds in memory, writes nothing
+        assert len(store.bm25()) == 2 and not store.bm25_saved()
+        assert ingest(store, pdf)[0].status == "unchanged" and store.bm25_saved()
