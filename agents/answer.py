@@ -39,10 +39,10 @@ def page_texts(store: Store, hits: list[Hit], question: str, chars_per_page: int
     terms = set(tokenize(question))
     out = []
     for hit in hits:
-        record = store.page(hit.doc_id, hit.page)
+        markdown = store.page_markdown(hit.doc_id, hit.page)
         chunks = store.page_chunks(hit.doc_id, hit.page)
-        if len(record.markdown) <= chars_per_page:
-            text = record.markdown
+        if len(markdown) <= chars_per_page:
+            text = markdown
         else:
             scored = sorted(chunks, key=lambda c: -len(terms & set(tokenize(c.text))))
             kept, size = [], 0

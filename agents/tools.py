@@ -50,7 +50,7 @@ def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
     def read_page(doc: str, page: int) -> str:
         """The markdown of one page (1-based page number)."""
         try:
-            return store.page(store.resolve(doc), page).markdown
+            return store.page_markdown(store.resolve(doc), page)
         except StoreError as e:
             raise ToolException(str(e)) from e
 

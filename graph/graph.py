@@ -82,8 +82,7 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
 
 def validate_answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx = runtime.context
-    pages = [PageText(r["doc_id"], r["page"], r["text"], ctx.store.page_chunks(r["doc_id"], r["page"]))
-             for r in state.get("read", [])]
+    pages = [PageText(r["doc_id"], r["page"], r["text"], []) for r in state.get("read", [])]  # the validator reads text only
     verdict = validate(state["question"], state["answer"], [Claim(**c) for c in state.get("claims", [])], pages, ctx.llm)
     return {"verdict": verdict.model_dump(), "trace": [{"node": "validate", **verdict.model_dump()}]}
 

@@ -223,6 +223,13 @@ class Store:
         return PageRecord(doc_id, page, width, height, bool(ocr), error, markdown,
                           [Word(*w) for w in json.loads(words)], [Block(*b) for b in json.loads(blocks)])
 
+    def page_markdown(self, doc_id: str, page: int) -> str:
+        """The page's markdown alone (no decoding of its words and blocks)."""
+        row = self.db.execute("SELECT markdown FROM pages WHERE doc_id = ? AND page = ?", (doc_id, page)).fetchone()
+        if row is None:
+            raise StoreError(f"no page {page} of document {doc_id} in the store")
+        return row[0]
+
     def page_tokens(self, doc_id: str, page: int) -> PageTokens:
         row = self.db.execute("SELECT tokens, word_counts FROM tokens WHERE doc_id = ? AND page = ?",
                               (doc_id, page)).fetchone()
