@@ -181,6 +181,7 @@ class Ingestor:
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
     @property
     def pool(self) -> ProcessPoolExecutor:
@@ -218,20 +219,10 @@ class Ingestor:
         timings = {"parse": 0.0, "encode": 0.0, "index": 0.0}
         bar = tqdm(total=n_pages, initial=n_pages - len(todo), unit="page", desc=source.name[:40],
                    disable=not self.show_progress, leave=False)
-        in_flight: deque[tuple[int, Future]] = deque()
         try:
-            for index in todo:
-                in_flight.append((index, self.pool.submit(_process_in_worker, source, index)))
-                if len(in_flight) >= 2 * self.workers:
-                    self._take(doc_id, *in_flight.popleft(), timings)
-                    bar.update()
-            while in_flight:
-                self._take(doc_id, *in_flight.popleft(), timings)
-                bar.update()
+            self._run_pages(doc_id, source, todo, timings, bar)
         finally:
             bar.close()
-            for _, f in in_flight:
-                f.cancel()
         self.store.finish_document(doc_id)
         info = self.store.find(doc_id)
         status: Status = "resumed" if known is not None else ("replaced" if replaces else "added")
@@ -241,19 +232,58 @@ class Ingestor:
         return IngestResult(str(source.path), status, doc_id, info.n_pages, info.ocr_pages, info.failed_pages,
                             message="; ".join(notes), timings=timings)
 
-    def _take(self, doc_id: str, index: int, future: Future, timings: dict) -> None:
-        """Commit one page's result; a crashed worker (a segfault in a native library, the OOM killer)
-        fails the pages it held, and a new pool takes the rest of the document."""
+    def _run_pages(self, doc_id: str, source: DocSource, todo: list[int], timings: dict, bar: tqdm) -> None:
+        """Parse and encode pages in the pool, at most two per worker in flight, committing each as it
+        comes back. A crashed worker (a segfault in a native library, the OOM killer) breaks the whole
+        pool and every page in flight with it: those pages are retried one at a time in a new pool, and
+        the one that crashes alone is recorded as failed while the rest of the document goes on."""
+        queue, suspects = deque(todo), set()
+        in_flight: deque[tuple[int, Future]] = deque()
         try:
-            result = future.result()
-        except BrokenProcessPool as e:
-            logger.warning("a page worker died while page %d was in flight: %s", index + 1, e)
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-            self.store.add_page(doc_id, failed_page(index + 1, f"page {index + 1} crashed its worker process"), None)
-            return
-        self._commit(doc_id, result, timings)
+            while queue or in_flight:
+                while queue and len(in_flight) < 2 * self.workers and not (in_flight and queue[0] in suspects):
+                    future = self._submit(source, queue[0], bool(in_flight))
+                    if future is None:
+                        break
+                    in_flight.append((queue.popleft(), future))
+                    if in_flight[-1][0] in suspects:
+                        break  # a suspect runs alone so that a crash names it
+                index, future = in_flight.popleft()
+                try:
+                    result = future.result()
+                except BrokenProcessPool as e:
+                    self._drop_pool()
+                    if index in suspects and not in_flight:
+                        logger.warning("page %d crashed its worker process: %s", index + 1, e)
+                        self.store.add_page(doc_id, failed_page(index + 1, f"page {index + 1} crashed its worker process"), None)
+                        bar.update()
+                        continue
+                    retry = [index] + [i for i, _ in in_flight]
+                    in_flight.clear()
+                    suspects.update(retry)
+                    queue.extendleft(reversed(retry))
+                    continue
+                self._commit(doc_id, result, timings)
+                bar.update()
+        finally:
+            for _, f in in_flight:
+                f.cancel()
+
+    def _submit(self, source: DocSource, index: int, busy: bool) -> Future | None:
+        """Submit one page; None when the pool has broken under pages already in flight (their results
+        say so); a pool found broken with nothing in flight is replaced."""
+        try:
+            return self.pool.submit(_process_in_worker, source, index)
+        except BrokenProcessPool:
+            if busy:
+                return None
+            self._drop_pool()
+            return self.pool.submit(_process_in_worker, source, index)
+
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def _commit(self, doc_id: str, result: PageResult, timings: dict) -> None:
         for key, value in result.seconds.items():
