@@ -47,3 +47,31 @@ class EncoderConfig:
     @property
     def dim(self) -> int:
         return self.text_dim + self.visual_dim + self.pos_dim
+
+
+@dataclass(frozen=True)
+class ReaderConfig:
+    """The Doc-REFRAG reader: chunk compression, selective expansion, decoder with LoRA."""
+
+    k: int = field(default=3, metadata={"help": "grid tokens per chunk (2, 3 or 6 divide the 324 tokens)"})
+    p: float = field(default=0.2, metadata={"help": "fraction of all chunks expanded to their k tokens"})
+    token_dim: int = field(default=412, metadata={"help": "dimension of a page token (the encoder's dim)"})
+    question_dim: int = field(default=384, metadata={"help": "dimension of the question embedding"})
+    hidden: int = field(default=576, metadata={"help": "the decoder's hidden size"})
+    projector_hidden: int = field(default=1024, metadata={"help": "hidden width of the chunk projector MLP"})
+    selector_dim: int = field(default=256, metadata={"help": "width of the selector's transformer"})
+    selector_heads: int = field(default=8, metadata={"help": "attention heads of the selector"})
+    selector_layers: int = field(default=2, metadata={"help": "transformer layers of the selector"})
+    selector_ff: int = field(default=256, metadata={"help": "feed-forward width of the selector"})
+    lora_r: int = field(default=8, metadata={"help": "LoRA rank on the decoder's attention projections"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator"})
+    max_new_tokens: int = field(default=24, metadata={"help": "greedy decoding bound of an answer"})
+
+    def __post_init__(self) -> None:
+        if self.k not in (1, 2, 3, 4, 6, 9, 12):
+            raise ValueError(f"k={self.k} must divide the 18x18 grid's rows; use k in {{2, 3, 6}}")
+        if not 0.0 <= self.p <= 1.0:
+            raise ValueError(f"p is a fraction of chunks in [0, 1], got {self.p}")
+        if self.selector_dim % self.selector_heads:
+            raise ValueError(f"selector_dim={self.selector_dim} must be a multiple of "
+                             f"selector_heads={self.selector_heads}")

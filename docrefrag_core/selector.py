@@ -1,0 +1,117 @@
+"""Which chunks to expand: the question-guided selector and its baselines, behind one interface.
+
+A selector scores every chunk of the n pages being read; the reader expands the top
+T = floor(p * n * L) chunks to their k tokens and keeps the rest compressed.
+
+- `ChunkSelector` (the learned policy): a 2-layer transformer encoder (d = 256, 8 heads) over the
+  question embedding and one vector per chunk (the mean of its normalised tokens); a linear head
+  gives one logit per chunk. Inference takes the deterministic top-T; training samples T chunks
+  without replacement (Gumbel top-k, i.e. Plackett-Luce) and scores the sample's log-probability.
+- `RandomSelector`, `SimilaritySelector` (question-token cosine over the fine tokens, the costly
+  oracle), `NoneSelector` (all compressed) and `AllSelector` (all expanded).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from docrefrag_core.config import ReaderConfig
+
+
+def budget(p: float, n_pages: int, chunks_per_page: int) -> int:
+    """T = floor(p * n * L), the number of chunks expanded."""
+    return int(math.floor(p * n_pages * chunks_per_page + 1e-9))
+
+
+class Selector(Protocol):
+    def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
+        """question (question_dim,), chunks (N, k, d) normalised tokens -> sorted indices (T,) of the
+        chunks to expand."""
+        ...
+
+
+class ChunkSelector(nn.Module):
+    def __init__(self, config: ReaderConfig) -> None:
+        super().__init__()
+        d = config.selector_dim
+        self.question_in = nn.Linear(config.question_dim, d)
+        self.chunk_in = nn.Linear(config.token_dim, d)
+        layer = nn.TransformerEncoderLayer(d, config.selector_heads, config.selector_ff, dropout=0.0,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, config.selector_layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, 1)
+
+    def forward(self, question: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+        """question (question_dim,), chunks (N, k, d) -> logits (N,)."""
+        if chunks.ndim != 3 or question.ndim != 1:
+            raise ValueError(f"ChunkSelector expects question (q,) and chunks (N, k, d), got "
+                             f"{tuple(question.shape)} and {tuple(chunks.shape)}")
+        q = self.question_in(question)[None, None]  # (1, 1, d_sel)
+        c = self.chunk_in(chunks.mean(dim=1))[None]  # (1, N, d_sel)
+        h = self.encoder(torch.cat([q, c], dim=1))  # (1, 1+N, d_sel)
+        return self.head(h[0, 1:]).squeeze(-1)  # (N,)
+
+    @torch.no_grad()
+    def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
+        return top_t(self(question, chunks), T)
+
+
+def top_t(scores: torch.Tensor, T: int) -> torch.Tensor:
+    """Indices of the T highest scores, in sequence order."""
+    T = min(max(T, 0), scores.numel())
+    return torch.sort(torch.topk(scores, T).indices).values
+
+
+def sample_selection(logits: torch.Tensor, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """T distinct indices drawn without replacement from softmax(logits) (Gumbel top-k), in draw order."""
+    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype).clamp_(1e-9, 1 - 1e-9)
+    gumbel = -torch.log(-torch.log(u))  # (N,)
+    return torch.topk(logits.detach() + gumbel, T).indices  # (T,) in draw order
+
+
+def selection_log_prob(logits: torch.Tensor, selection: torch.Tensor) -> torch.Tensor:
+    """Plackett-Luce log-probability of drawing `selection` (in its order) without replacement."""
+    T = selection.numel()
+    chosen = logits[selection]  # (T,)
+    taken = torch.zeros(T, logits.numel(), dtype=torch.bool)  # (T, N): drawn before step t
+    if T > 1:
+        rows = torch.arange(1, T).repeat_interleave(torch.arange(1, T))
+        cols = selection[torch.cat([torch.arange(t) for t in range(1, T)])]
+        taken[rows, cols] = True
+    remaining = logits[None].masked_fill(taken, float("-inf"))  # (T, N)
+    return (chosen - torch.logsumexp(remaining, dim=1)).sum()
+
+
+class RandomSelector:
+    def __init__(self, seed: int = 0) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
+        return top_t(torch.rand(chunks.shape[0], generator=self.generator), T)
+
+
+class SimilaritySelector:
+    """Score a chunk by the best cosine between the question and any of its fine tokens' text part
+    (the question embedding and the text states share the embedder's space)."""
+
+    def __init__(self, text_dim: int) -> None:
+        self.text_dim = text_dim
+
+    def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
+        text = nn.functional.normalize(chunks[..., : self.text_dim], dim=-1)  # (N, k, text_dim)
+        q = nn.functional.normalize(question[: self.text_dim], dim=0)  # (text_dim,)
+        return top_t((text @ q).amax(dim=1), T)  # (N, k) -> (N,)
+
+
+class NoneSelector:
+    def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
+        return torch.zeros(0, dtype=torch.long)
+
+
+class AllSelector:
+    def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
+        return torch.arange(chunks.shape[0])

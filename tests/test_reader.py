@@ -1,0 +1,163 @@
+"""The Doc-REFRAG reader on a tiny random Llama decoder (the real SmolLM2 tokenizer): shapes,
+budgets, in-place expansion, gradients, and the selectors behind one interface."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from docrefrag_core.config import ReaderConfig
+from docrefrag_core.reader import ANSWER_SUFFIX, DocRefragReader
+from docrefrag_core.selector import (AllSelector, NoneSelector, RandomSelector, SimilaritySelector, budget,
+                                     sample_selection, selection_log_prob)
+
+M, D, Q = 36, 20, 12  # a 6x6 grid of 20-dim tokens; 12-dim questions
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from docrefrag_core.weights import model_dir
+
+    return AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
+
+
+def tiny_reader(tokenizer, k: int = 3, p: float = 0.2, seed: int = 0) -> DocRefragReader:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                           max_position_embeddings=2048)).eval()
+    config = ReaderConfig(k=k, p=p, token_dim=D, question_dim=Q, hidden=32, projector_hidden=48,
+                          selector_dim=32, selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8)
+    rng = np.random.default_rng(seed)
+    return DocRefragReader(decoder, tokenizer, config, lambda texts: rng.standard_normal((len(texts), Q)))
+
+
+def pages(n: int, seed: int = 1) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal((n, M, D)).astype(np.float32))
+
+
+@pytest.mark.parametrize("k", [2, 3, 6])
+@pytest.mark.parametrize("n", [1, 4])
+def test_exactly_floor_p_n_l_chunks_expand_and_restore_their_tokens_in_place(tokenizer, k, n):
+    reader = tiny_reader(tokenizer, k=k)
+    tokens = pages(n)
+    chunks = reader.chunks(tokens)
+    L = M // k
+    assert chunks.shape == (n, L, k, D)
+    expand = reader.select("How many homes?", chunks, 0.2)
+    assert expand.shape == (n, L) and int(expand.sum()) == math.floor(0.2 * n * L)
+    seq = reader.build("How many homes?", chunks, expand, ANSWER_SUFFIX)
+    E = int(expand.sum())
+    text = int((seq.page < 0).sum())
+    assert seq.embeds.shape == (text + n * L + (k - 1) * E, 32)
+    with torch.no_grad():
+        normed = reader.norm(tokens)  # (n, M, D)
+        fine = reader.aligner(normed)  # (n, M, hidden)
+        comp = reader.projector(chunks)  # (n, L, hidden)
+    for i in range(n):
+        on_page = seq.page == i
+        # chunks appear in raster order, each once, expanded ones as their k tokens in order
+        assert seq.chunk[on_page].unique_consecutive().tolist() == list(range(L))
+        for j in range(L):
+            at = (on_page & (seq.chunk == j)).nonzero().squeeze(-1)
+            if expand[i, j]:
+                assert seq.slot[at].tolist() == list(range(k))
+                torch.testing.assert_close(seq.embeds[at], fine[i, j * k:(j + 1) * k])
+            else:
+                assert seq.slot[at].tolist() == [-1]
+                torch.testing.assert_close(seq.embeds[at[0]], comp[i, j])
+
+
+def test_full_and_compressed_modes_through_the_same_interface(tokenizer):
+    reader = tiny_reader(tokenizer)
+    tokens = pages(2)
+    chunks = reader.chunks(tokens)
+    full = reader.select("q", chunks, 0.2, AllSelector())
+    none = reader.select("q", chunks, 0.2, NoneSelector())
+    assert full.all() and not none.any()
+    assert reader.build("q", chunks, full, ANSWER_SUFFIX).embeds.shape[0] - \
+        reader.build("q", chunks, none, ANSWER_SUFFIX).embeds.shape[0] == 2 * M - 2 * (M // 3)
+    T = budget(0.2, 2, M // 3)
+    for selector in (RandomSelector(3), SimilaritySelector(text_dim=Q)):
+        assert int(reader.select("q", chunks, 0.2, selector).sum()) == T
+
+
+def test_similarity_selector_picks_the_chunk_that_holds_the_question(tokenizer):
+    tokens = torch.zeros(1, M, D)
+    question = torch.randn(D)
+    tokens[0, 7, :] = question  # chunk 2 at k = 3
+    tokens[0, :, :] += 0.01 * torch.randn(M, D)
+    chosen = SimilaritySelector(text_dim=D).choose(question, tokens.reshape(M // 3, 3, D), 1)
+    assert chosen.tolist() == [2]
+
+
+def test_answer_decodes_greedily_within_the_bound_and_reports_its_expansions(tokenizer):
+    reader = tiny_reader(tokenizer)
+    out = reader.answer("What is the value?", pages(3), max_new_tokens=5, stop=False)
+    assert out.output_tokens == 5 and out.ttft_s > 0
+    assert len(out.expanded) == budget(0.2, 3, M // 3)
+    assert all(0 <= i < 3 and 0 <= j < M // 3 for i, j in out.expanded)
+    again = reader.answer("What is the value?", pages(3), max_new_tokens=5, stop=False)
+    assert again.text == out.text  # greedy: deterministic
+
+
+def test_relevance_is_a_probability_per_page_and_batches_agree(tokenizer):
+    reader = tiny_reader(tokenizer)
+    tokens = pages(5)
+    together = reader.relevance("Which page?", tokens, batch=5)
+    apart = reader.relevance("Which page?", tokens, batch=2)
+    assert len(together) == 5 and all(0.0 < s < 1.0 for s in together)
+    np.testing.assert_allclose(together, apart, rtol=1e-4, atol=1e-5)
+
+
+def test_gradients_reach_projector_aligner_selector_and_lora(tokenizer):
+    reader = tiny_reader(tokenizer)
+    tokens = pages(2)
+    chunks = reader.chunks(tokens)
+    # make the LoRA B matrices non-zero so A receives gradient too (B starts at zero by design)
+    for name, p in reader.decoder.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)
+    expand = reader.select("q", chunks, 0.3)
+    assert expand.any()
+    loss = reader.answer_loss("How many?", tokens, expand, "42")
+    logits = reader.selector(reader.question_vector("How many?"), chunks.reshape(-1, 3, D))
+    loss = loss + selection_log_prob(logits, sample_selection(logits, 4))
+    loss.backward()
+    for group, params in reader.trainable().items():
+        assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params), group
+    frozen = [p for n, p in reader.decoder.named_parameters() if "lora_" not in n]
+    assert frozen and all(p.grad is None and not p.requires_grad for p in frozen)
+
+
+def test_selector_has_under_a_million_parameters_at_the_default_size():
+    from docrefrag_core.selector import ChunkSelector
+
+    assert sum(p.numel() for p in ChunkSelector(ReaderConfig()).parameters()) < 1_000_000
+
+
+def test_plackett_luce_probabilities_sum_to_one_and_samples_are_distinct():
+    logits = torch.tensor([0.3, -1.0, 2.0, 0.0])
+    total = sum(selection_log_prob(logits, torch.tensor(s)).exp() for s in itertools.permutations(range(4), 2))
+    assert float(total) == pytest.approx(1.0, abs=1e-6)
+    draw = sample_selection(torch.zeros(50), 10, torch.Generator().manual_seed(0))
+    assert draw.unique().numel() == 10
+
+
+def test_a_reader_config_that_does_not_fit_the_decoder_is_refused(tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    with pytest.raises(ValueError, match="hidden size is 16"):
+        DocRefragReader(decoder, tokenizer, ReaderConfig(), lambda t: np.zeros((len(t), 384)))
+    with pytest.raises(ValueError, match="k=5"):
+        ReaderConfig(k=5)
