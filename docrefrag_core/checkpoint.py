@@ -1,0 +1,112 @@
+"""Reader checkpoints: the trained parts of a `DocRefragReader` as one versioned directory.
+
+    <dir>/config.json     format version, the ReaderConfig, the encoder and decoder it was trained
+                          for, and the record of every training stage (data, steps, seed, command,
+                          minutes)
+    <dir>/reader.safetensors   token norm, projector, aligner, selector
+    <dir>/lora.safetensors     the decoder's LoRA adapters
+    <dir>/manifest.json   sha256 of every file above
+
+Saving writes a sibling temporary directory and renames it into place, so an interrupted save
+never leaves a half-written checkpoint. Loading verifies every sha256 and refuses a checkpoint
+made for another page encoder or decoder, naming both.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from docrefrag_core.config import ReaderConfig
+from docrefrag_core.weights import sha256_file
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+FILES = ("config.json", "reader.safetensors", "lora.safetensors")
+PARTS = ("norm", "projector", "aligner", "selector")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing, corrupted, or made for another encoder or decoder."""
+
+
+def save_checkpoint(reader, path: Path | str, encoder_id: str, stages: list[dict]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        parts = {f"{part}.{k}": v.detach().contiguous() for part in PARTS
+                 for k, v in getattr(reader, part).state_dict().items()}
+        save_file(parts, tmp / "reader.safetensors")
+        lora = {n: p.detach().contiguous() for n, p in reader.decoder.named_parameters() if "lora_" in n}
+        save_file(lora, tmp / "lora.safetensors")
+        config = {"format": FORMAT, "reader": asdict(reader.config), "encoder_id": encoder_id,
+                  "decoder_id": reader.decoder_id, "stages": stages}
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        (tmp / MANIFEST).write_text(json.dumps({"files": {f: sha256_file(tmp / f) for f in FILES}}, indent=1))
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def read_checkpoint_config(path: Path | str) -> dict:
+    """The checkpoint's config.json after checking every file against the manifest."""
+    path = Path(path)
+    if not (path / MANIFEST).is_file():
+        raise CheckpointError(f"no reader checkpoint at {path} (no {MANIFEST}); train one with `docrefrag train` "
+                              f"or pass the directory of a saved checkpoint")
+    manifest = json.loads((path / MANIFEST).read_text())["files"]
+    for name in FILES:
+        if not (path / name).is_file():
+            raise CheckpointError(f"reader checkpoint {path} is missing {name}; save or copy it again")
+        if sha256_file(path / name) != manifest.get(name):
+            raise CheckpointError(f"reader checkpoint {path}: {name} does not match its sha256 in {MANIFEST} "
+                                  f"(corrupted or edited); save or copy it again")
+    config = json.loads((path / "config.json").read_text())
+    if config.get("format") != FORMAT:
+        raise CheckpointError(f"reader checkpoint {path} has format {config.get('format')}, this version reads {FORMAT}")
+    return config
+
+
+def checkpoint_reader_config(path: Path | str) -> ReaderConfig:
+    return ReaderConfig(**read_checkpoint_config(path)["reader"])
+
+
+def load_checkpoint(reader, path: Path | str, encoder_id: str) -> dict:
+    """Load the checkpoint at `path` into `reader`; returns its config (with the stage record)."""
+    config = read_checkpoint_config(path)
+    if config["encoder_id"] != encoder_id:
+        raise CheckpointError(f"reader checkpoint {path} was trained on pages from encoder {config['encoder_id']!r}, "
+                              f"but this store's encoder is {encoder_id!r}; use a matching checkpoint or retrain")
+    if config["decoder_id"] != reader.decoder_id:
+        raise CheckpointError(f"reader checkpoint {path} was trained for decoder {config['decoder_id']}, not this "
+                              f"decoder ({reader.decoder_id}); load the decoder it was trained with or retrain")
+    if ReaderConfig(**config["reader"]) != reader.config:
+        raise CheckpointError(f"reader checkpoint {path} has ReaderConfig {config['reader']}, the reader was built "
+                              f"with {asdict(reader.config)}; build it with checkpoint_reader_config(path)")
+    parts = load_file(Path(path) / "reader.safetensors")
+    for part in PARTS:
+        prefix = f"{part}."
+        getattr(reader, part).load_state_dict({k[len(prefix):]: v for k, v in parts.items() if k.startswith(prefix)})
+    lora = load_file(Path(path) / "lora.safetensors")
+    params = dict(reader.decoder.named_parameters())
+    if set(lora) != {n for n in params if "lora_" in n}:
+        raise CheckpointError(f"reader checkpoint {path}: its LoRA adapters do not match the decoder's LoRA layers")
+    with torch.no_grad():
+        for name, value in lora.items():
+            params[name].copy_(value)
+    return config
