@@ -78,6 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--hyde", action="store_true", help="retrieval-only: add the planner's HyDE passage to the dense branch")
     ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
 
+    bench = sub.add_parser("bench", help="benchmarks of the system's parts")
+    bsub = bench.add_subparsers(dest="bench_command", required=True)
+    breader = bsub.add_parser("reader", help="reader TTFT, time per output token and peak memory: full tokens, "
+                                             "compressed only, selective expansion")
+    breader.add_argument("--pages", type=int, default=20, help="pages read at once (default 20)")
+    breader.add_argument("--store", type=Path, default=None, help="read a stored document's pages (with --doc) "
+                                                                  "instead of generated ones")
+    breader.add_argument("--doc", default=None, help="the stored document (id, prefix or name)")
+    breader.add_argument("--k", type=int, nargs="+", default=[3, 2, 6], help="chunk sizes (default 3 2 6)")
+    breader.add_argument("--p", type=float, default=0.2, help="expansion budget of the selective mode (default 0.2)")
+    breader.add_argument("--new-tokens", type=int, default=16, help="output tokens decoded per mode (default 16)")
+    breader.add_argument("--checkpoint", type=Path, default=None,
+                         help="reader checkpoint (default: the shipped one if present, else untrained parts)")
+    breader.add_argument("--json", action="store_true")
+
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
     demo.add_argument("--pages", type=int, default=12)
@@ -247,6 +262,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from docrefrag_core.reader import DEFAULT_CHECKPOINT
+    from evals.bench_reader import bench, markdown
+
+    if args.pages < 1:
+        raise ValueError(f"--pages must be >= 1, got {args.pages}")
+    if (args.store is None) != (args.doc is None):
+        raise ValueError("--store and --doc go together: pass both to bench a stored document, or neither")
+    checkpoint = args.checkpoint or (DEFAULT_CHECKPOINT if DEFAULT_CHECKPOINT.is_dir() else None)
+    rows = bench(args.pages, args.store, args.doc, args.k, args.p, args.new_tokens, checkpoint)
+    print(json.dumps(rows, indent=1) if args.json else markdown(rows))
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from docrefrag.api import DocRefrag
     from docrefrag_core.synthetic import sample_report
@@ -267,4 +296,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask, "eval": cmd_eval,
-            "demo": cmd_demo}
+            "bench": cmd_bench, "demo": cmd_demo}
