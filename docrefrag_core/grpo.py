@@ -1,0 +1,46 @@
+"""Group relative policy optimisation (GRPO) of the chunk selector, as tensor functions.
+
+For one question the policy (the selector) draws G selections of T chunks; each is decoded by the
+frozen reader and scored by the benchmark's own scorer (`evals.scoring.mmlongbench_score`, the
+function the evaluation reports: reward and metric cannot drift apart). Then
+
+    A_g   = (r_g - mean(r)) / (std(r) + eps)                         group-relative advantage
+    rho_g = exp(log pi(s_g) - log pi_old(s_g))                       ratio to the sampling policy
+    L     = -mean_g min(rho_g A_g, clip(rho_g, 1-eps, 1+eps) A_g) + beta * KL(pi || pi_ref)
+
+with the KL estimated per sample by the unbiased k3 estimator
+exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1 (as in DeepSeekMath).
+
+Departures from the Doc-REFRAG paper, all forced by training on 2 CPU cores:
+- log pi(s) is the Plackett-Luce log-probability of the ordered draw (Gumbel top-k sampling), and
+  the ratio is taken per selection, not per chunk;
+- one policy update per group (pi_old = the policy that sampled, detached), so the ratio is 1 at
+  the first step and clipping only matters when `updates_per_group` > 1;
+- the reference policy is the selector at the start of stage 3 (the paper's initial policy);
+- groups are small sequences (a few pages, not 20-30), and answers are decoded with a short bound.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """(G,) rewards -> (G,) advantages: reward minus the group mean over the group's std (0 if all equal)."""
+    centred = rewards - rewards.mean()
+    std = rewards.std(unbiased=False)
+    return centred / (std + eps) if float(std) > 0 else torch.zeros_like(rewards)
+
+
+def kl_k3(log_p: torch.Tensor, log_ref: torch.Tensor) -> torch.Tensor:
+    """Per-sample unbiased estimate of KL(pi || pi_ref) from log-probabilities of samples of pi."""
+    diff = log_ref - log_p
+    return torch.exp(diff) - diff - 1.0
+
+
+def grpo_loss(log_p: torch.Tensor, log_old: torch.Tensor, log_ref: torch.Tensor, advantages: torch.Tensor,
+              clip_eps: float = 0.2, beta: float = 0.1) -> torch.Tensor:
+    """The clipped surrogate with a KL penalty, averaged over the group. All inputs (G,)."""
+    ratio = torch.exp(log_p - log_old.detach())
+    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    return (-surrogate + beta * kl_k3(log_p, log_ref.detach())).mean()
