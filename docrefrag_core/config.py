@@ -58,7 +58,7 @@ class ReaderConfig:
     token_dim: int = field(default=412, metadata={"help": "dimension of a page token (the encoder's dim)"})
     question_dim: int = field(default=384, metadata={"help": "dimension of the question embedding"})
     hidden: int = field(default=576, metadata={"help": "the decoder's hidden size"})
-    projector_hidden: int = field(default=1024, metadata={"help": "hidden width of the chunk projector MLP"})
+    projector_hidden: int = field(default=576, metadata={"help": "hidden width of the chunk projector MLP"})
     selector_dim: int = field(default=256, metadata={"help": "width of the selector's transformer"})
     selector_heads: int = field(default=8, metadata={"help": "attention heads of the selector"})
     selector_layers: int = field(default=2, metadata={"help": "transformer layers of the selector"})

@@ -158,22 +158,35 @@ class DocRefragReader(nn.Module):
                             seq.embeds.shape[0], len(ids), ttft, tpot)
 
     def decode(self, embeds: torch.Tensor, max_new_tokens: int, start: float, stop: bool) -> tuple[list[int], float, float]:
-        """Greedy decoding from input embeddings: (token ids, time to first token, time per later token)."""
-        out = self.decoder(inputs_embeds=embeds[None], use_cache=True, logits_to_keep=1)
-        next_id = int(out.logits[0, -1].argmax())
+        """Greedy decoding of one input (S, hidden): (token ids, time to first token, time per later token)."""
+        rows, ttft, tpot = self.decode_batch(embeds[None], max_new_tokens, start, stop)
+        return rows[0], ttft, tpot
+
+    def decode_batch(self, embeds: torch.Tensor, max_new_tokens: int, start: float, stop: bool = True
+                     ) -> tuple[list[list[int]], float, float]:
+        """Greedy decoding of B inputs of the same length (B, S, hidden), each row stopping at its own
+        stop token or line break: (token ids per row, time to first token, time per later step)."""
+        out = self.decoder(inputs_embeds=embeds, use_cache=True, logits_to_keep=1)
+        next_ids = out.logits[:, -1].argmax(-1)  # (B,)
         ttft = time.perf_counter() - start
-        ids, t1 = [], time.perf_counter()
-        for _ in range(max_new_tokens):
-            if stop and (next_id in self.stop_ids or "\n" in self.tokenizer.decode([next_id])):
+        rows: list[list[int]] = [[] for _ in range(embeds.shape[0])]
+        done = [False] * embeds.shape[0]
+        steps, t1 = 0, time.perf_counter()
+        while True:
+            for b, token in enumerate(next_ids.tolist()):
+                if not done[b]:
+                    if stop and (token in self.stop_ids or "\n" in self.tokenizer.decode([token])):
+                        done[b] = True
+                    else:
+                        rows[b].append(token)
+                        done[b] = len(rows[b]) >= max_new_tokens
+            if all(done):
                 break
-            ids.append(next_id)
-            if len(ids) == max_new_tokens:
-                break
-            out = self.decoder(input_ids=torch.tensor([[next_id]]), use_cache=True, logits_to_keep=1,
+            out = self.decoder(input_ids=next_ids[:, None], use_cache=True, logits_to_keep=1,
                                **{self.cache_kw: out[self.cache_kw]})
-            next_id = int(out.logits[0, -1].argmax())
-        tpot = (time.perf_counter() - t1) / max(len(ids) - 1, 1)
-        return ids, ttft, tpot
+            next_ids = out.logits[:, -1].argmax(-1)
+            steps += 1
+        return rows, ttft, (time.perf_counter() - t1) / max(steps, 1)
 
     def yes_logits(self, question: str, tokens: torch.Tensor) -> torch.Tensor:
         """(n,) log-odds of "Yes" against "No" for each page read alone, compressed, in one batch."""
