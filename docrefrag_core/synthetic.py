@@ -16,7 +16,6 @@ All text comes from the word pools and templates below; everything is a function
 from __future__ import annotations
 
 import functools
-import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,10 +322,10 @@ _LABEL_POOL = 64  # place names kept for table rows and chart labels (reused acr
 _TOP, _BOTTOM, _LEFT, _RIGHT = 100.0, 805.0, 50.0, 545.0  # the body of a page
 
 
-def _fontsize_for(chars: int, rect: pymupdf.Rect, low: float, high: float) -> float:
-    """The largest size in [low, high] at which about `chars` characters of prose fill `rect`."""
-    fit = math.sqrt(0.85 * rect.width * rect.height / (0.56 * chars))  # Helvetica: 0.48 em a char, 1.16 em a line
-    return max(low, min(high, fit))
+def _largest_fontsize(rect: pymupdf.Rect, chars: int) -> float:
+    """About the largest type size at which `chars` characters of prose fit in `rect` (a line takes
+    1.2 em, a character 0.5 em or less)."""
+    return (rect.width * rect.height / (0.5 * _LINE * chars)) ** 0.5
 
 
 def _fit(ink: _Ink, rect: pymupdf.Rect, sentences: list[str], fontsize: float, keep: int = 1) -> None:
@@ -346,19 +345,20 @@ def _fit(ink: _Ink, rect: pymupdf.Rect, sentences: list[str], fontsize: float, k
 class _Writer:
     """Draws the pages of one training document from one seeded generator."""
 
-    def __init__(self, seed: int, title: str | None = None) -> None:
+    def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         names = [p + s for p in _PREFIXES for s in _SUFFIXES]
         self.rng.shuffle(names)
         self.labels, self.unique = names[:_LABEL_POOL], names[_LABEL_POOL:]  # unique: printed once at most
         self.domain = self.rng.choice(sorted(_DOMAINS))
-        self.title = title or f"{self.place()} {self.domain} Review {self.rng.randint(2012, 2024)}"
+        self.title = f"{self.place()} {self.domain} Review {self.rng.randint(2012, 2024)}"
         self.tables = self.figures = 0
 
     # words
     def place(self) -> str:
         if not self.unique:
-            raise ValueError("the document ran out of distinct place names; ask for fewer pages")
+            raise ValueError("the document ran out of distinct place names (they last about 150 pages); "
+                             "ask for fewer pages")
         return self.unique.pop()
 
     def person(self) -> str:
@@ -396,7 +396,8 @@ class _Writer:
         if fmt == "Float":
             value = f"{self.rng.uniform(1, 99):.1f}"
             return (f"Over {year} the {noun} at {place} averaged {value} {unit} of {measure} a month.",
-                    f"What monthly average of {measure}, in {unit}, did the {noun} at {place} report for {year}?", value)
+                    f"What monthly average of {measure}, in {unit}, did the {noun} at {place} report for {year}?",
+                    value)
         if fmt == "Str":
             person = self.person()
             return (f"Throughout {year} the {noun} at {place} was led by {person}.",
@@ -420,8 +421,12 @@ class _Writer:
 
     def paragraph(self, page: pymupdf.Page, rect: pymupdf.Rect, chars: int, fontsize: float, nouns: list[str],
                   planted: Sequence[str] = ()) -> Region:
-        """Prose of about `chars` characters with the `planted` sentences among its first few."""
-        sentences = self.prose(chars, nouns)
+        """Prose of at most about `chars` characters (less if `rect` is full) with the `planted`
+        sentences among its first few."""
+        budget = chars - sum(len(s) + 1 for s in planted)
+        sentences = self.prose(budget, nouns)
+        while len(sentences) > 1 and sum(len(s) + 1 for s in sentences) > budget:
+            sentences.pop()
         at = sorted(self.rng.sample(range(len(planted) + 3), len(planted)))
         for i, s in zip(at, planted):
             sentences.insert(i, s)
@@ -435,14 +440,16 @@ class _Writer:
         if kind == "slide":
             return self.slide(page, number, noun)
         regions = [self.header(page, number), self.heading(page, number, noun)]
-        more, facts = getattr(self, kind)(page, number, noun, nouns)
+        draw = {"passage": self.passage, "two_column": self.two_column, "table": self.table,
+                "bar_chart": self.bar_chart, "line_chart": self.line_chart}[kind]
+        more, facts = draw(page, number, noun, nouns)
         return regions + more, facts
 
     # page kinds: each returns its regions below the heading and the facts they state
     def passage(self, page, number, noun, nouns):
         rect = pymupdf.Rect(_LEFT, _TOP, _RIGHT, _BOTTOM)
         chars = self.rng.randint(500, 6000)
-        fontsize = self.rng.uniform(10, _fontsize_for(chars, rect, 10, 20))
+        fontsize = self.rng.uniform(10, max(10.0, min(20.0, _largest_fontsize(rect, chars))))
         formats = self.rng.sample(["Int", "Float", "Str", "List"], 2)
         claims = [self.claim(f, noun) for f in formats]
         region = self.paragraph(page, rect, chars, fontsize, nouns, [c[0] for c in claims])
@@ -458,7 +465,8 @@ class _Writer:
             planted = [c[0] for c, s in zip(claims, sides) if s == side]
             columns.append(self.paragraph(page, pymupdf.Rect(x0, _TOP, x1, _BOTTOM), self.rng.randint(700, 2400),
                                           fontsize, nouns, planted))
-        return columns, [Fact(number, "text", q, a, f, columns[s].bbox) for f, (_, q, a), s in zip(formats, claims, sides)]
+        facts = [Fact(number, "text", q, a, f, columns[s].bbox) for f, (_, q, a), s in zip(formats, claims, sides)]
+        return columns, facts
 
     def table(self, page, number, noun, nouns):
         self.tables += 1
@@ -484,8 +492,8 @@ class _Writer:
                                self.rng.randint(300, 1500), 11, nouns)
         row = self.rng.randrange(n)
         facts = [
-            Fact(number, "table", f"What {measure} in {unit} does Table {t} give for {sites[row]}?", values[row], "Float",
-                 table.bbox),
+            Fact(number, "table", f"What {measure} in {unit} does Table {t} give for {sites[row]}?", values[row],
+                 "Float", table.bbox),
             Fact(number, "table", f"Which sites in Table {t} had a negative change?",
                  repr([s for i, s in enumerate(sites) if i in falling]), "List", table.bbox),
         ]
@@ -553,7 +561,8 @@ class _Writer:
                    for n in self.rng.sample(_DOMAINS[self.domain][0], self.rng.randint(2, 4))]
         bullets.insert(self.rng.randint(0, len(bullets)), f"{noun.capitalize()} at {place} led by {person}")
         ink = _Ink(page)
-        _fit(ink, pymupdf.Rect(70, 340, _RIGHT, _BOTTOM), ["\n".join(f"- {b}" for b in bullets)], self.rng.uniform(18, 22))
+        lines = "\n".join(f"- {b}" for b in bullets)
+        _fit(ink, pymupdf.Rect(70, 340, _RIGHT, _BOTTOM), [lines], self.rng.uniform(18, 22))
         body = ink.region("bullets")
         facts = [
             Fact(number, "text", f"How many bullet points does the slide titled '{title}' list?", str(len(bullets)),
@@ -574,8 +583,9 @@ def training_document(path: Path, pages: int = 12, seed: int = 0) -> SyntheticDo
     Page kinds are shuffled in blocks of six, so every kind appears in any document of 6 pages or more.
     Each page states two facts (formats: passage two of Int/Float/Str/List, two-column Str and Int,
     table Float and List, bar chart Int and List, line chart Float and Int, slide Int and Str) whose
-    bbox is the region that states them; one question in four pages (at least one) is unanswerable
-    (page 0, see `Fact`). A List answer is a Python list literal, as in MMLongBench-Doc.
+    bbox is the region that states them; pages // 4 more questions (at least one) are unanswerable
+    (page 0, see `Fact`): they ask about places the document never names. A List answer is a Python
+    list literal, as in MMLongBench-Doc.
     """
     if pages < 1:
         raise ValueError(f"pages must be >= 1, got {pages}")
