@@ -95,8 +95,9 @@ class DocRefragReader(nn.Module):
         return self.tokenizer(text, add_special_tokens=False)["input_ids"][0]
 
     def text_embeds(self, text: str) -> torch.Tensor:
-        ids = torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
-        return self.decoder.get_input_embeddings()(ids)  # (t, hidden)
+        table = self.decoder.get_input_embeddings()
+        ids = torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], device=table.weight.device)
+        return table(ids)  # (t, hidden)
 
     def chunks(self, tokens: torch.Tensor) -> torch.Tensor:
         """(n, m, d) page tokens -> (n, L, k, d) normalised chunks."""
@@ -109,36 +110,39 @@ class DocRefragReader(nn.Module):
     def build(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, suffix: str) -> Sequence:
         """chunks (n, L, k, d), expand (n, L) bool -> the decoder input for one question."""
         n, L, k, _ = chunks.shape
+        dev = chunks.device
+        expand = expand.to(dev)
         comp = self.projector(chunks)  # (n, L, hidden)
         values = comp.unsqueeze(2).expand(n, L, k, comp.shape[-1]).clone()  # (n, L, k, hidden)
         values[expand] = self.aligner(chunks[expand])  # (E, k, hidden) in place of their chunks
         keep = expand.unsqueeze(-1).expand(n, L, k).clone()  # (n, L, k)
         keep[..., 0] = True
-        slot = torch.arange(k).expand(n, L, k).masked_fill(~expand.unsqueeze(-1), -1)  # (n, L, k)
-        chunk = torch.arange(L).unsqueeze(-1).expand(L, k)  # (L, k)
+        slot = torch.arange(k, device=dev).expand(n, L, k).masked_fill(~expand.unsqueeze(-1), -1)  # (n, L, k)
+        chunk = torch.arange(L, device=dev).unsqueeze(-1).expand(L, k)  # (L, k)
+        text = lambda size: torch.full((size,), -1, device=dev)  # noqa: E731
         parts, pages, chunk_ids, slots = [self.text_embeds(f"Question: {question}\n")], [], [], []
         for i in range(n):
             sep = self.text_embeds(f"Page {i + 1}:")
             parts += [sep, values[i][keep[i]]]  # (t, hidden), (L + (k-1)*E_i, hidden)
             count = int(keep[i].sum())
-            pages += [torch.full((sep.shape[0],), -1), torch.full((count,), i)]
-            chunk_ids += [torch.full((sep.shape[0],), -1), chunk[keep[i]]]
-            slots += [torch.full((sep.shape[0],), -1), slot[i][keep[i]]]
+            pages += [text(sep.shape[0]), torch.full((count,), i, device=dev)]
+            chunk_ids += [text(sep.shape[0]), chunk[keep[i]]]
+            slots += [text(sep.shape[0]), slot[i][keep[i]]]
         parts.append(self.text_embeds(suffix))
         head, tail = parts[0].shape[0], parts[-1].shape[0]
-        text = lambda size: torch.full((size,), -1)  # noqa: E731
         return Sequence(torch.cat(parts), torch.cat([text(head), *pages, text(tail)]),
                         torch.cat([text(head), *chunk_ids, text(tail)]), torch.cat([text(head), *slots, text(tail)]))
 
     def question_vector(self, question: str) -> torch.Tensor:
-        return torch.from_numpy(np.asarray(self.embed_question([question])[0], dtype=np.float32))
+        device = self.norm.weight.device
+        return torch.from_numpy(np.asarray(self.embed_question([question])[0], dtype=np.float32)).to(device)
 
     def select(self, question: str, chunks: torch.Tensor, p: float, selector: Selector | None = None) -> torch.Tensor:
         """(n, L) bool mask of the floor(p * n * L) chunks the selector expands."""
         n, L = chunks.shape[:2]
         chosen = (selector or self.selector).choose(self.question_vector(question), chunks.reshape(n * L, *chunks.shape[2:]),
                                                     budget(p, n, L))
-        mask = torch.zeros(n * L, dtype=torch.bool)
+        mask = torch.zeros(n * L, dtype=torch.bool, device=chunks.device)
         mask[chosen] = True
         return mask.reshape(n, L)
 
@@ -191,7 +195,7 @@ class DocRefragReader(nn.Module):
     def yes_logits(self, question: str, tokens: torch.Tensor) -> torch.Tensor:
         """(n,) log-odds of "Yes" against "No" for each page read alone, compressed, in one batch."""
         chunks = self.chunks(tokens)  # (n, L, k, d)
-        none = torch.zeros(chunks.shape[:2], dtype=torch.bool)
+        none = torch.zeros(chunks.shape[:2], dtype=torch.bool, device=chunks.device)
         embeds = torch.stack([self.build(question, chunks[i:i + 1], none[i:i + 1], RERANK_SUFFIX).embeds
                               for i in range(chunks.shape[0])])  # (n, S, hidden): same length for every page
         logits = self.decoder(inputs_embeds=embeds, logits_to_keep=1).logits[:, -1]  # (n, vocab)
@@ -209,7 +213,8 @@ class DocRefragReader(nn.Module):
         """Teacher-forced cross-entropy of `target` after the built input (training)."""
         seq = self.build(question, self.chunks(tokens), expand, suffix)
         eos = self.tokenizer.eos_token_id
-        target_ids = torch.tensor(self.tokenizer(" " + target, add_special_tokens=False)["input_ids"] + [eos])
+        target_ids = torch.tensor(self.tokenizer(" " + target, add_special_tokens=False)["input_ids"] + [eos],
+                                  device=seq.embeds.device)
         embeds = torch.cat([seq.embeds, self.decoder.get_input_embeddings()(target_ids[:-1])])  # (S + t - 1, hidden)
         logits = self.decoder(inputs_embeds=embeds[None], logits_to_keep=target_ids.numel()).logits[0]  # (t, vocab)
         return nn.functional.cross_entropy(logits, target_ids)
@@ -261,7 +266,8 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
         embed_question = embed_question or encoder.embedder.embed_queries
         encoder_id = encoder_id or encoder.encoder_id
     model, tokenizer = load_decoder(decoder)
-    config = checkpoint_reader_config(checkpoint) if checkpoint is not None else ReaderConfig()
+    config = (checkpoint_reader_config(checkpoint) if checkpoint is not None
+              else ReaderConfig(hidden=model.get_input_embeddings().embedding_dim))
     reader = DocRefragReader(model, tokenizer, config, embed_question).eval()
     if checkpoint is not None:
         load_checkpoint(reader, checkpoint, encoder_id)

@@ -1,0 +1,301 @@
+"""Training the Doc-REFRAG reader in three stages (`docrefrag train stage1|stage2|stage3|all`).
+
+- stage 1, reconstruction: the decoder frozen (LoRA off), train the token norm (the encoder's
+  alignment layer), the projector and the aligner on text parsing and text localisation;
+- stage 2, continual pretraining: LoRA on, the same parts plus LoRA, on question answering with a
+  curriculum single page -> multi-page -> noisy DocLongRAG-style sequences, with pseudo-label
+  expansion (see `train_data`), mixed with page-relevance (rerank) examples so the same reader can
+  rerank;
+- stage 3, GRPO: the decoder, norm, projector, aligner and LoRA frozen; the selector trained with
+  the group-relative objective of `grpo` on noisy sequences, reward = `evals.scoring.mmlongbench_score`
+  of the decoded answer, budget p ~ U[p_min, p_max].
+
+Every stage starts from the previous stage's checkpoint (stage 1 and an ablation's stage 2 from
+untrained parts), resumes from its own `state.pt` (written atomically every `save_every` steps),
+logs loss and progress to `<out>/<stage>/log.jsonl`, stops at `steps` or after `minutes`, and saves
+a checkpoint (`checkpoint.save_checkpoint`) whose record lists every stage so far with its data,
+steps, seed, command and minutes. The same code runs on a GPU with `device="cuda"`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from docrefrag_core.grpo import group_advantages, grpo_loss
+from docrefrag_core.selector import budget, sample_selection, selection_log_prob
+from docrefrag_core.train_data import Corpus, Example, ExampleConfig, ExampleSampler, build_corpus
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("stage1", "stage2", "stage3")
+
+
+def is_trained_in(stage: str, name: str) -> bool:
+    """Whether the reader's parameter `name` is trained in `stage` (the decoder's own weights never are)."""
+    parts = ("norm.", "projector.", "aligner.")
+    if stage == "stage3":
+        return name.startswith("selector.")
+    return name.startswith(parts) or (stage == "stage2" and "lora_" in name)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: Path = field(default=Path("runs/train"), metadata={"help": "work directory: corpus, stage states, checkpoints"})
+    docs: int = field(default=24, metadata={"help": "synthetic training documents"})
+    pages: int = field(default=6, metadata={"help": "pages per training document"})
+    seed: int = field(default=0, metadata={"help": "seed of the corpus and of the example draws"})
+    steps: int = field(default=600, metadata={"help": "optimiser steps per stage at most"})
+    minutes: float = field(default=25.0, metadata={"help": "wall-clock budget per stage; stops early when spent"})
+    lr: float = field(default=1e-3, metadata={"help": "learning rate of stages 1 and 2 (stage 3 uses lr/10)"})
+    group: int = field(default=8, metadata={"help": "GRPO: sampled selections per question (G)"})
+    clip_eps: float = field(default=0.2, metadata={"help": "GRPO: ratio clipping"})
+    beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})
+    p_range: tuple[float, float] = field(default=(0.1, 0.3), metadata={"help": "GRPO: training budget p ~ U[lo, hi]"})
+    answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout"})
+    curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
+    init: str | None = field(default=None, metadata={
+        "help": "start from this stage's checkpoint instead of the previous stage's (ablations: 'none')"})
+    examples: ExampleConfig = field(default_factory=ExampleConfig)
+    decoder: Path | None = field(default=None, metadata={
+        "help": "directory of the Hugging Face causal LM to read with (default: the cached SmolLM2-135M-Instruct)"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    save_every: int = field(default=25, metadata={"help": "steps between resumable states"})
+
+    def __post_init__(self) -> None:
+        if self.docs < 2 or self.pages < 2:
+            raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, got docs={self.docs}, pages={self.pages}")
+        if self.group < 2:
+            raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
+        lo, hi = self.p_range
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(f"p_range must satisfy 0 < lo <= hi <= 1, got {self.p_range}")
+
+
+def stage_dir(config: TrainConfig, stage: str) -> Path:
+    return config.out / stage
+
+
+def checkpoint_path(config: TrainConfig, stage: str) -> Path:
+    return stage_dir(config, stage) / "checkpoint"
+
+
+class Trainer:
+    """The corpus, the searcher and the reader's building blocks, shared by the stages of one run."""
+
+    def __init__(self, config: TrainConfig, show_progress: bool = True) -> None:
+        from docrefrag_core.page_encoder import default_encoder
+        from indexes.hybrid import HybridSearcher
+        from indexes.ingest import Ingestor
+        from indexes.store import Store
+
+        self.config, self.show_progress = config, show_progress
+        config.out.mkdir(parents=True, exist_ok=True)
+        self.encoder = default_encoder()
+        self.store = Store(config.out / "corpus" / "store", create=True)
+
+        def ingest(store, paths):
+            with Ingestor(store, show_progress=show_progress) as ingestor:
+                return ingestor.ingest(paths)
+
+        self.corpus: Corpus = build_corpus(config.out / "corpus", config.docs, config.pages, config.seed, self.store, ingest)
+        self.sampler = ExampleSampler(self.corpus, HybridSearcher(self.store, self.encoder.embedder),
+                                      config.examples, config.seed)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -------------------------------------------------------------- the reader
+
+    def reader(self, stage: str):
+        from docrefrag_core.reader import load_reader
+
+        init = self.config.init or {"stage1": "none", "stage2": "stage1", "stage3": "stage2"}[stage]
+        checkpoint = None if init == "none" else checkpoint_path(self.config, init)
+        if checkpoint is not None and not checkpoint.is_dir():
+            raise FileNotFoundError(f"{stage} starts from {init}'s checkpoint, but {checkpoint} does not exist; "
+                                    f"run `docrefrag train {init}` first (or pass --init none)")
+        reader = load_reader(checkpoint, self.config.decoder, embed_question=self.encoder.embedder.embed_queries,
+                             encoder_id=self.encoder.encoder_id).to(self.config.device)
+        for name, p in reader.named_parameters():
+            p.requires_grad_(is_trained_in(stage, name))
+        prior = _read_config(checkpoint)["stages"] if checkpoint is not None else []
+        return reader, prior
+
+    def tokens(self, pages: list[tuple[str, int]]) -> torch.Tensor:
+        return torch.from_numpy(np.stack([self.corpus.tokens[k] for k in pages]).astype(np.float32)).to(self.config.device)
+
+    def expand_mask(self, ex: Example, n: int) -> torch.Tensor:
+        L = self.config.examples.grid ** 2 // self.config.examples.k
+        mask = torch.zeros(n, L, dtype=torch.bool)
+        for i, j in ex.expand:
+            mask[i, j] = True
+        return mask
+
+    # -------------------------------------------------------------- losses
+
+    def draw(self, stage: str, step: int, total: int) -> Example:
+        s = self.sampler
+        if stage == "stage1":
+            return s.parse(step) if step % 2 == 0 else s.locate(step)
+        if stage == "stage2":
+            if step % 4 == 3:
+                return s.rerank(step)
+            if not self.config.curriculum:
+                return s.qa(step, "noisy")
+            return s.qa(step, ("single", "multi", "noisy")[min(2, 3 * step // max(total, 1))])
+        return s.qa(step, "noisy")
+
+    def supervised_loss(self, reader, ex: Example) -> torch.Tensor:
+        tokens = self.tokens(ex.pages)
+        if ex.kind == "rerank":
+            target = torch.tensor([1.0 if ex.target == "Yes" else 0.0], device=tokens.device)
+            return torch.nn.functional.binary_cross_entropy_with_logits(reader.yes_logits(ex.prompt, tokens), target)
+        return reader.answer_loss(ex.prompt, tokens, self.expand_mask(ex, len(ex.pages)), ex.target)
+
+    def grpo_step(self, reader, reference, ex: Example, rng: random.Random, generator: torch.Generator) -> tuple[torch.Tensor, float]:
+        from docrefrag_core.reader import ANSWER_SUFFIX
+        from evals.scoring import mmlongbench_score
+
+        cfg = self.config
+        with torch.no_grad():
+            chunks = reader.chunks(self.tokens(ex.pages))  # (n, L, k, d)
+        n, L = chunks.shape[:2]
+        flat = chunks.reshape(n * L, *chunks.shape[2:])
+        question = reader.question_vector(ex.prompt)
+        logits = reader.selector(question, flat)  # (N,)
+        with torch.no_grad():
+            ref_logits = reference(question, flat)
+        T = max(1, budget(rng.uniform(*cfg.p_range), n, L))
+        selections = [sample_selection(logits, T, generator) for _ in range(cfg.group)]
+        with torch.no_grad():
+            embeds = []
+            for sel in selections:
+                mask = torch.zeros(n * L, dtype=torch.bool, device=flat.device)
+                mask[sel] = True
+                embeds.append(reader.build(ex.prompt, chunks, mask.reshape(n, L), ANSWER_SUFFIX).embeds)
+            rows, _, _ = reader.decode_batch(torch.stack(embeds), cfg.answer_tokens, time.perf_counter())
+        answers = [reader.tokenizer.decode(r, skip_special_tokens=True).strip() for r in rows]
+        rewards = torch.tensor([mmlongbench_score(ex.target, a, ex.answer_format) for a in answers])
+        log_p = torch.stack([selection_log_prob(logits, s) for s in selections])  # (G,)
+        log_ref = torch.stack([selection_log_prob(ref_logits, s) for s in selections])  # (G,)
+        loss = grpo_loss(log_p, log_p.detach(), log_ref, group_advantages(rewards).to(log_p.device),
+                         cfg.clip_eps, cfg.beta)
+        return loss, float(rewards.mean())
+
+    # -------------------------------------------------------------- the loop
+
+    def run(self, stage: str, command: str | None = None) -> Path:
+        """Train one stage (resuming its state if any) and save its checkpoint; returns the checkpoint path."""
+        from docrefrag_core.checkpoint import save_checkpoint
+
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
+        cfg = self.config
+        torch.manual_seed(cfg.seed)
+        reader, prior = self.reader(stage)
+        steps, minutes, lr = self.fit(stage, reader)
+        record = {"stage": stage, "steps": steps, "seed": cfg.seed, "minutes": round(minutes, 1),
+                  "data": {"synthetic_docs": cfg.docs, "pages_per_doc": cfg.pages, "corpus_seed": cfg.seed,
+                           "examples": asdict(cfg.examples), "curriculum": cfg.curriculum, "init": cfg.init},
+                  "command": command or " ".join(shlex.quote(a) for a in ["docrefrag", *sys.argv[1:]]),
+                  "lr": lr, "device": cfg.device}
+        if stage == "stage3":
+            record.update(group=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, p_range=list(cfg.p_range))
+        return save_checkpoint(reader, checkpoint_path(cfg, stage), self.encoder.encoder_id, [*prior, record])
+
+    def fit(self, stage: str, reader) -> tuple[int, float, float]:
+        """The optimisation loop of one stage on `reader`: (steps done, minutes, learning rate)."""
+        import copy
+
+        cfg, folder = self.config, stage_dir(self.config, stage)
+        folder.mkdir(parents=True, exist_ok=True)
+        named = {n: p for n, p in reader.named_parameters() if p.requires_grad}
+        params = list(named.values())
+        lr = cfg.lr / 10 if stage == "stage3" else cfg.lr
+        optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+        reference = copy.deepcopy(reader.selector).eval() if stage == "stage3" else None
+        step, elapsed = 0, 0.0
+        state_file = folder / "state.pt"
+        if state_file.is_file():
+            state = torch.load(state_file, map_location=cfg.device)
+            with torch.no_grad():
+                for n, value in state["params"].items():
+                    named[n].copy_(value)
+            optimiser.load_state_dict(state["optimiser"])
+            step, elapsed = state["step"], state["elapsed"]
+            if reference is not None:
+                reference.load_state_dict(state["reference"])
+            logger.info("%s: resuming at step %d", stage, step)
+        generator = torch.Generator().manual_seed(cfg.seed + step)
+        bar = tqdm(total=cfg.steps, initial=step, desc=stage, unit="step", disable=not self.show_progress)
+        start, window = time.perf_counter() - elapsed * 60, []
+        reader.train()
+        with open(folder / "log.jsonl", "a") as log:
+            while step < cfg.steps and (time.perf_counter() - start) / 60 < cfg.minutes:
+                ex = self.draw(stage, step, cfg.steps)
+                reward = None
+                if stage == "stage3":
+                    loss, reward = self.grpo_step(reader, reference, ex, random.Random(f"{cfg.seed}|p|{step}"), generator)
+                else:
+                    loss = self.supervised_loss(reader, ex)
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimiser.step()
+                step += 1
+                window.append(loss.item())
+                record = {"step": step, "kind": ex.kind, "loss": round(loss.item(), 4),
+                          "minutes": round((time.perf_counter() - start) / 60, 2)}
+                if reward is not None:
+                    record["reward"] = round(reward, 3)
+                log.write(json.dumps(record) + "\n")
+                bar.update()
+                bar.set_postfix(loss=f"{np.mean(window[-20:]):.3f}", **({"reward": f"{reward:.2f}"} if reward is not None else {}))
+                if step % cfg.save_every == 0:
+                    log.flush()
+                    self._save_state(state_file, named, optimiser, step, (time.perf_counter() - start) / 60, reference)
+        bar.close()
+        minutes = (time.perf_counter() - start) / 60
+        self._save_state(state_file, named, optimiser, step, minutes, reference)
+        reader.eval()
+        return step, minutes, lr
+
+    @staticmethod
+    def _save_state(path: Path, named: dict, optimiser, step: int, minutes: float, reference) -> None:
+        state = {"params": {n: p.detach().cpu() for n, p in named.items()}, "optimiser": optimiser.state_dict(),
+                 "step": step, "elapsed": minutes}
+        if reference is not None:
+            state["reference"] = reference.state_dict()
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+
+def _read_config(checkpoint: Path) -> dict:
+    from docrefrag_core.checkpoint import read_checkpoint_config
+
+    return read_checkpoint_config(checkpoint)
+
+
+def train(stages: list[str], config: TrainConfig, show_progress: bool = True) -> Path:
+    """Run the given stages in order; returns the last checkpoint."""
+    trainer = Trainer(config, show_progress)
+    try:
+        path = None
+        for stage in stages:
+            path = trainer.run(stage)
+        return path
+    finally:
+        trainer.close()

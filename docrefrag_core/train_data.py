@@ -1,0 +1,182 @@
+"""Training data of the Doc-REFRAG reader, drawn from a synthetic corpus ingested into a store.
+
+The corpus is `docs` training documents (`synthetic.training_document`, seeds `seed .. seed+docs-1`),
+ingested like any user document, so the reader trains on exactly the tokens it reads at run time and
+the DocLongRAG builder searches the corpus with our own index. Held-out documents use other seeds.
+
+Examples (each a prompt over a list of pages, a target text, and pseudo-label chunks to expand):
+
+- `parse`: all the text of one page (cut to `target_chars`), 20% of its chunks expanded at random;
+- `locate`: the text inside a given box (coordinates in percent of the page), the box's chunks expanded;
+- `qa`: a question over its evidence page alone ("single"), with a few pages of its document
+  ("multi"), or among hard negatives from the whole corpus ("noisy", `longrag.build_sequence`);
+  the pseudo-labels are the chunks that overlap the evidence region (the geometric mapping
+  `chunking.chunk_box`), most covered first, up to 20% of the sequence's chunks;
+  on noisy sequences 10% plus as many random chunks of other pages;
+- `rerank`: one page and a question; target "Yes" for its evidence page, "No" for a hard negative.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from docrefrag_core.chunking import chunk_box
+from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+from docrefrag_core.synthetic import SyntheticDoc, training_document
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, int]  # (doc_id, 1-based page)
+
+
+@dataclass
+class Example:
+    kind: str  # parse, locate, qa, rerank
+    prompt: str
+    pages: list[Key]
+    target: str
+    answer_format: str = "Str"
+    expand: list[tuple[int, int]] = field(default_factory=list)  # (page index, chunk) pseudo-labels
+
+
+@dataclass
+class Corpus:
+    """Synthetic documents with their store ids, and page tokens loaded once."""
+
+    docs: list[SyntheticDoc]
+    doc_ids: list[str]
+    tokens: dict[Key, np.ndarray]  # (m, d) float16 per page
+    sizes: dict[Key, tuple[float, float]]  # page width, height in points
+
+    @property
+    def keys(self) -> list[Key]:
+        return list(self.tokens)
+
+
+def build_corpus(folder: Path, docs: int, pages: int, seed: int, store, ingest) -> Corpus:
+    """Write the documents into `folder` (skipping those already there), ingest them with `ingest(store,
+    paths)` (resumable: unchanged files are skipped) and load their tokens."""
+    folder.mkdir(parents=True, exist_ok=True)
+    synthetic = [training_document(folder / f"train-{seed + i:05d}.pdf", pages, seed + i) for i in range(docs)]
+    results = ingest(store, [d.path for d in synthetic])
+    by_path = {Path(r.source).resolve(): r for r in results}
+    doc_ids = []
+    for d in synthetic:
+        r = by_path[d.path.resolve()]
+        if r.doc_id is None or r.failed_pages:
+            raise RuntimeError(f"ingesting training document {d.path} failed: {r.message}")
+        doc_ids.append(r.doc_id)
+    tokens, sizes = {}, {}
+    for doc_id, d in zip(doc_ids, synthetic):
+        for n in range(1, len(d.pages) + 1):
+            tokens[(doc_id, n)] = store.page_tokens(doc_id, n).tokens.astype(np.float16)
+            page = store.page(doc_id, n)
+            sizes[(doc_id, n)] = (page.width, page.height)
+    return Corpus(synthetic, doc_ids, tokens, sizes)
+
+
+@dataclass(frozen=True)
+class ExampleConfig:
+    k: int = 3
+    grid: int = 18
+    target_chars: int = field(default=160, metadata={"help": "characters of a parse/locate target"})
+    multi_pages: tuple[int, int] = field(default=(2, 4), metadata={"help": "pages of a 'multi' QA example"})
+    noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={
+        "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
+    expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
+
+
+class ExampleSampler:
+    """Draws examples deterministically from (seed, step), so a resumed run draws the same ones."""
+
+    def __init__(self, corpus: Corpus, searcher, config: ExampleConfig, seed: int) -> None:
+        self.corpus, self.searcher, self.config, self.seed = corpus, searcher, config, seed
+        self.questions = [(doc_id, q) for doc_id, d in zip(corpus.doc_ids, corpus.docs) for q in d.questions
+                          if q.page > 0]
+        self.truths = {(doc_id, p.page): p for doc_id, d in zip(corpus.doc_ids, corpus.docs) for p in d.pages}
+
+    def rng(self, step: int, salt: str = "") -> random.Random:
+        return random.Random(f"{self.seed}|{step}|{salt}")
+
+    def parse(self, step: int) -> Example:
+        rng = self.rng(step, "parse")
+        key = rng.choice(self.corpus.keys)
+        L = self.config.grid ** 2 // self.config.k
+        expand = sorted((0, j) for j in rng.sample(range(L), int(self.config.expand_p * L)))
+        return Example("parse", "Read the text of the page.", [key], _cut(self.truths[key].text, self.config.target_chars),
+                       expand=expand)
+
+    def locate(self, step: int) -> Example:
+        rng = self.rng(step, "locate")
+        key = rng.choice(self.corpus.keys)
+        region = rng.choice([r for r in self.truths[key].regions if r.text.strip()])
+        w, h = self.corpus.sizes[key]
+        x0, y0, x1, y1 = region.bbox
+        box = f"{100 * x0 / w:.0f} {100 * y0 / h:.0f} {100 * x1 / w:.0f} {100 * y1 / h:.0f}"
+        return Example("locate", f"Read the text in the box {box}.", [key], _cut(region.text, self.config.target_chars),
+                       expand=self.pseudo_labels([key], 0, region.bbox, self.config.expand_p))
+
+    def qa(self, step: int, level: str) -> Example:
+        rng = self.rng(step, f"qa-{level}")
+        doc_id, q = rng.choice(self.questions)
+        evidence = (doc_id, q.page)
+        if level == "single":
+            pages = [evidence]
+        elif level == "multi":
+            others = [k for k in self.corpus.keys if k[0] == doc_id and k != evidence]
+            pages = rng.sample(others, min(len(others), rng.randint(*self.config.multi_pages) - 1))
+            pages.insert(rng.randint(0, len(pages)), evidence)
+        else:
+            lo, hi = self.config.noisy_pages
+            seq = build_sequence(self.searcher, EvidenceQuestion.from_fact(q, doc_id),
+                                 NoiseConfig(m_min=lo, m_max=hi, seed=self.seed + step))
+            pages = seq.pages
+        p = self.config.expand_p / 2 if level == "noisy" else self.config.expand_p
+        expand = self.pseudo_labels(pages, pages.index(evidence), q.bbox, p)
+        if level == "noisy":
+            expand = self._add_random(expand, pages, pages.index(evidence), rng)
+        return Example("qa", q.question, pages, q.answer, q.answer_format, expand)
+
+    def rerank(self, step: int) -> Example:
+        rng = self.rng(step, "rerank")
+        doc_id, q = rng.choice(self.questions)
+        if rng.random() < 0.5:
+            return Example("rerank", q.question, [(doc_id, q.page)], "Yes")
+        lo, hi = self.config.noisy_pages
+        seq = build_sequence(self.searcher, EvidenceQuestion.from_fact(q, doc_id),
+                             NoiseConfig(m_min=lo, m_max=hi, seed=self.seed + step))
+        return Example("rerank", q.question, [rng.choice(seq.pages[1:])], "No")
+
+    def pseudo_labels(self, pages: list[Key], evidence: int, bbox: tuple[float, float, float, float],
+                      p: float) -> list[tuple[int, int]]:
+        """The evidence page's chunks that overlap its region, most-covered first, up to floor(p * n * L)."""
+        k, g = self.config.k, self.config.grid
+        L = g * g // k
+        w, h = self.corpus.sizes[pages[evidence]]
+        cover = [_overlap(chunk_box(j, k, g, w, h), bbox) for j in range(L)]
+        ranked = [j for j in sorted(range(L), key=lambda j: -cover[j]) if cover[j] > 0]
+        return [(evidence, j) for j in sorted(ranked[: int(p * len(pages) * L)])]
+
+    def _add_random(self, expand: list[tuple[int, int]], pages: list[Key], evidence: int,
+                    rng: random.Random) -> list[tuple[int, int]]:
+        L = self.config.grid ** 2 // self.config.k
+        others = [(i, j) for i in range(len(pages)) if i != evidence for j in range(L)]
+        return sorted(expand + rng.sample(others, min(len(others), len(expand))))
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """Fraction of box a covered by box b."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    area = max((a[2] - a[0]) * (a[3] - a[1]), 1e-9)
+    return ix * iy / area
+
+
+def _cut(text: str, chars: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0]
