@@ -22,6 +22,23 @@ def _store_args(p: argparse.ArgumentParser) -> None:
                         "API key from $QDRANT_API_KEY")
 
 
+TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "init", "decoder", "device")
+
+
+def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """Flags from the TrainConfig fields `names`, with their types, defaults and help."""
+    from dataclasses import MISSING, fields
+
+    from docrefrag_core.train import TrainConfig
+
+    for f in fields(TrainConfig):
+        if f.name in names:
+            kind = {"int": int, "float": float, "Path": Path, "Path | None": Path}.get(str(f.type), str)
+            default = f.default if f.default is not MISSING else None
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
+                                help=f"{f.metadata.get('help', '')} (default {default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docrefrag", description="Question answering over long, visually rich documents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -92,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     breader.add_argument("--checkpoint", type=Path, default=None,
                          help="reader checkpoint (default: the shipped one if present, else untrained parts)")
     breader.add_argument("--json", action="store_true")
+
+    tr = sub.add_parser("train", help="train the Doc-REFRAG reader (stages 1-3) on a synthetic corpus")
+    tr.add_argument("stage", choices=["stage1", "stage2", "stage3", "all"])
+    _config_args(tr, TrainConfigFlags)
+    tr.add_argument("--noisy-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                    help="hard negatives of a noisy sequence (default 3 6; the paper: 20 30)")
+    tr.add_argument("--no-curriculum", action="store_true", help="stage 2 on noisy sequences only (ablation)")
+    tr.add_argument("--ship", action="store_true", help="copy the last checkpoint into the package as the default reader")
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
@@ -276,6 +301,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    import shutil
+    from dataclasses import replace
+
+    from docrefrag_core.reader import DEFAULT_CHECKPOINT
+    from docrefrag_core.train import STAGES, TrainConfig, train
+
+    config = TrainConfig(**{f: getattr(args, f) for f in TrainConfigFlags if getattr(args, f) is not None},
+                         curriculum=not args.no_curriculum)
+    if args.noisy_pages:
+        config = replace(config, examples=replace(config.examples, noisy_pages=tuple(args.noisy_pages)))
+    stages = list(STAGES) if args.stage == "all" else [args.stage]
+    checkpoint = train(stages, config, show_progress=sys.stderr.isatty())
+    print(f"checkpoint: {checkpoint}")
+    if args.ship:
+        tmp = DEFAULT_CHECKPOINT.with_name(".reader.new")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(checkpoint, tmp)
+        shutil.rmtree(DEFAULT_CHECKPOINT, ignore_errors=True)
+        tmp.rename(DEFAULT_CHECKPOINT)
+        print(f"shipped as the default reader: {DEFAULT_CHECKPOINT}")
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from docrefrag.api import DocRefrag
     from docrefrag_core.synthetic import sample_report
@@ -296,4 +345,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask, "eval": cmd_eval,
-            "bench": cmd_bench, "demo": cmd_demo}
+            "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo}
