@@ -1,4 +1,8 @@
-"""The answer agent: read the top pages with a chat model, answer briefly, cite page and region.
+"""The answer agent: read the top pages, answer briefly, cite page and region.
+
+Two readers: the Doc-REFRAG reader (default; `read_with_reader`), which reads the pages' stored
+tokens as compressed chunks with the question's chunks expanded, and cites the expanded chunk that
+holds most of the answer's words; and a chat model (`answer_question`) over the pages' text.
 
 Reading is query-focused: a page whose markdown fits the per-page budget is read whole (tables
 keep their structure); a longer page is cut to its chunks that share most words with the question,
@@ -12,6 +16,8 @@ import logging
 import re
 from dataclasses import dataclass
 
+import numpy as np
+import torch
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -67,6 +73,18 @@ def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) ->
     answer = re.sub(r"^(short answer|answer)\s*:\s*", "", answer, flags=re.I).strip().strip('"')
     usage = getattr(reply, "usage_metadata", None) or {}
     return answer or NOT_ANSWERABLE, int(usage.get("output_tokens", 0))
+
+
+def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:
+    """(short answer, output tokens, the pages restricted to their expanded chunks) from the
+    Doc-REFRAG reader over the pages' stored tokens."""
+    tokens = np.stack([store.page_tokens(p.doc_id, p.page).tokens for p in pages]).astype(np.float32)
+    out = reader.answer(question, torch.from_numpy(tokens))
+    expanded = {(i, j) for i, j in out.expanded}
+    cited = [PageText(p.doc_id, p.page, p.text, [c for c in p.chunks if (i, c.chunk) in expanded])
+             for i, p in enumerate(pages)]
+    answer = re.sub(r"^(short answer|answer)\s*:\s*", "", out.text, flags=re.I).strip().strip('"')
+    return answer or NOT_ANSWERABLE, out.output_tokens, [p for p in cited if p.chunks]
 
 
 def cite(answer: str, pages: list[PageText]) -> list[Claim]:

@@ -24,6 +24,7 @@ from indexes.store import DocInfo, Store
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
+    from docrefrag_core.reader import DocRefragReader
     from graph.context import AskConfig
     from graph.run import AskResult
 
@@ -43,6 +44,7 @@ class DocRefrag:
         self._store: Store | None = None
         self._embedder = None
         self._llm = None
+        self._readers: dict = {}
 
     def close(self) -> None:
         if self._store is not None:
@@ -68,6 +70,17 @@ class DocRefrag:
 
             self._embedder = TextEmbedder.default()
         return self._embedder
+
+    def reader(self, checkpoint: Path | str | None = None) -> "DocRefragReader":
+        """The Doc-REFRAG reader (default: the checkpoint shipped in the package), loaded once."""
+        from docrefrag_core.page_encoder import LayoutGridEncoder
+        from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
+
+        path = Path(checkpoint) if checkpoint is not None else DEFAULT_CHECKPOINT
+        if path not in self._readers:
+            self._readers[path] = load_reader(path, embed_question=self.embedder.embed_queries,
+                                              encoder_id=LayoutGridEncoder(self.embedder).encoder_id)
+        return self._readers[path]
 
     def ingest(self, paths: Iterable[Path | str], workers: int | None = None,
                show_progress: bool = False) -> list[IngestResult]:
@@ -102,11 +115,13 @@ class DocRefrag:
 
     def ask(self, question: str, doc: str | Sequence[str] | None = None, llm: "str | BaseChatModel | None" = None,
             config: "AskConfig | None" = None, on_event: Callable[[str, dict], None] | None = None,
-            thread_id: str | None = None, nodes: dict | None = None) -> "AskResult":
+            thread_id: str | None = None, nodes: dict | None = None,
+            checkpoint: Path | str | None = None) -> "AskResult":
         """Answer `question` from the store's documents (or `doc`), with citations and a trace.
 
         `on_event(node, update)` is called as each graph node finishes (streaming). The run is
-        checkpointed in STORE/checkpoints.sqlite under `thread_id` (a new id if None).
+        checkpointed in STORE/checkpoints.sqlite under `thread_id` (a new id if None). `checkpoint` is
+        the Doc-REFRAG reader's (default: the one shipped in the package).
         """
         from graph.run import run_ask
 
@@ -116,5 +131,9 @@ class DocRefrag:
         if not store.ready_ids():
             raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
+        from graph.context import AskConfig
+
+        config = config or AskConfig()
+        reader = self.reader(checkpoint) if config.answerer == "reader" or config.rerank else None
         return run_ask(store, HybridSearcher(store, self.embedder), self.llm(llm), question, doc_ids, config,
-                       on_event=on_event, thread_id=thread_id, nodes=nodes)
+                       on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader)

@@ -39,6 +39,16 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
                                 help=f"{f.metadata.get('help', '')} (default {default})")
 
 
+def _answer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--answerer", choices=["reader", "chat"], default="reader",
+                   help="reader: the Doc-REFRAG reader over the pages' tokens (default); chat: the chat model over their text")
+    p.add_argument("--checkpoint", type=Path, default=None, help="reader checkpoint (default: the one shipped in the package)")
+    p.add_argument("--rerank", action="store_true", help="rerank the fused pages with the reader's page relevance "
+                                                         "(eval --retrieval-only: one more row, 'reranked')")
+    p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
+    p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docrefrag", description="Question answering over long, visually rich documents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -78,8 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--doc", action="append", default=None, help="restrict to this document (id, prefix or name); repeatable")
     ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
-    ask.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
-    ask.add_argument("--pages", type=int, default=None, help="pages the answer agent reads (default 3)")
+    _answer_args(ask)
     ask.add_argument("--json", action="store_true")
     ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
     ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
@@ -94,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
     ev.add_argument("--hyde", action="store_true", help="retrieval-only: add the planner's HyDE passage to the dense branch")
     ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
+    _answer_args(ev)
 
     bench = sub.add_parser("bench", help="benchmarks of the system's parts")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
@@ -230,16 +240,21 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_ask(args: argparse.Namespace) -> int:
+def _ask_config(args: argparse.Namespace) -> "AskConfig":
     from dataclasses import replace
 
     from graph.context import AskConfig
 
-    config = AskConfig()
+    config = AskConfig(answerer=args.answerer, rerank=args.rerank)
     if args.max_rounds is not None:
         config = replace(config, max_rounds=args.max_rounds)
     if args.pages is not None:
-        config = replace(config, pages=args.pages)
+        config = replace(config, **{"reader_pages" if args.answerer == "reader" else "pages": args.pages})
+    return config
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    config = _ask_config(args)
 
     def show(node: str, update: dict) -> None:
         for entry in update.get("trace", []):
@@ -249,7 +264,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print(f"[{node}] {json.dumps(detail, default=str)[:160]}", file=sys.stderr, flush=True)
 
     with _api(args) as dr:
-        result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=config,
+        result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=config, checkpoint=args.checkpoint,
                         on_event=None if args.quiet or args.json else show)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:
@@ -271,16 +286,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evals.run import run_answers, run_retrieval
 
     if not args.retrieval_only:
+        config = _ask_config(args)
         with _api(args) as dr:
+            reader = dr.reader(args.checkpoint) if config.answerer == "reader" or config.rerank else None
             summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, dr.llm(args.llm),
-                                  args.out, limit=args.limit, show_progress=sys.stderr.isatty())
+                                  args.out, limit=args.limit, config=config, show_progress=sys.stderr.isatty(),
+                                  reader=reader)
         print(json.dumps(summary, indent=2, default=str))
         return EXIT_OK
     with _api(args) as dr:
         store = dr.open_store(create=True)
         report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,
                                show_progress=sys.stderr.isatty(), llm=dr.llm(args.llm) if args.hyde or args.decompose else None,
-                               hyde=args.hyde, decompose=args.decompose)
+                               hyde=args.hyde, decompose=args.decompose,
+                               reader=dr.reader(args.checkpoint) if args.rerank else None)
     print(markdown_table(report))
     print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
           f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; reports in {args.out}")

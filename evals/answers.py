@@ -39,7 +39,7 @@ def score(q: Question, pred: str) -> float:
 
 def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel, questions: Sequence[Question],
                      doc_ids: dict[str, str], out: Path, config: AskConfig | None = None,
-                     show_progress: bool = True) -> list[dict]:
+                     show_progress: bool = True, reader=None) -> list[dict]:
     """Per-question rows (resumed from `out`, a JSONL file), one graph run per new question."""
     rows = load_rows(out)
     with open(out, "a") as f:
@@ -48,7 +48,7 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                 continue
             result = run_ask(store, searcher, llm, q.question, [doc_ids[q.doc_name]], config,
                              checkpoints=out.with_suffix(".checkpoints.sqlite"),
-                             thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}")  # a fresh thread: nothing carried over
+                             thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)  # a fresh thread: nothing carried over
             retrieved = next((e["hits"] for e in result.trace if e["node"] == "retrieve"), [])
             row = {"qid": q.qid, "doc": q.doc_name, "question": q.question, "answer": q.answer,
                    "answer_format": q.answer_format, "pred": result.answer, "score": score(q, result.answer),

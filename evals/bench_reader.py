@@ -34,17 +34,12 @@ def generated_pages(n: int) -> np.ndarray:
     """(n, m, d) tokens of an n-page synthetic report, parsed and encoded as at ingest."""
     from docrefrag_core.page_encoder import default_encoder
     from docrefrag_core.synthetic import sample_report
-    from indexes.pages import DocSource, PageParser
+    from indexes.ingest import encode_document
 
-    encoder = default_encoder()
     with tempfile.TemporaryDirectory() as tmp:
         pdf = Path(tmp) / "bench.pdf"
         sample_report(pdf, pages=n, seed=7)
-        parser = PageParser(DocSource("pdf", pdf))
-        try:
-            return np.stack([encoder.encode(parser.parse(i).to_input()).tokens for i in range(n)])
-        finally:
-            parser.close()
+        return encode_document(pdf, default_encoder())
 
 
 def stored_pages(store_dir: Path, doc_id: str, n: int) -> np.ndarray:

@@ -28,6 +28,9 @@ from indexes.store import Store
 logger = logging.getLogger(__name__)
 
 METHODS = ("sparse", "dense", "rrf", "sum", "consistency")
+RERANK_DEPTH = 20
+
+Reranker = Callable[[str, list[tuple[str, int]]], list[float]]  # (question, pages) -> one score per page
 
 
 @dataclass
@@ -41,10 +44,14 @@ class RetrievalReport:
 
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
                        out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True,
-                       planner: Callable[[str], Plan] | None = None) -> RetrievalReport:
+                       planner: Callable[[str], Plan] | None = None, reranker: Reranker | None = None) -> RetrievalReport:
     """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (HyDE and/or
     decomposition), each question is searched as the ask graph's retrieve node does (sub-queries,
-    keywords, HyDE passage) instead of as one query; the plan is kept in the row."""
+    keywords, HyDE passage) instead of as one query; the plan is kept in the row. With a `reranker`,
+    the consistency-fused top RERANK_DEPTH pages are reordered by it as one more method, "reranked"
+    (the pages below the depth keep their fused order), and its time per page is recorded."""
+    if reranker is not None:
+        methods = [*methods, "reranked"]
     done = load_rows(out)
     skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
     rows = list(done.values())
@@ -71,6 +78,13 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 ranking = {m: [h.page for h in search_plan(plan, q.question, searcher, scope, max(KS), m)[0]]
                            for m in methods}
             row["latency_ms"] = (time.perf_counter() - start) * 1000
+            if reranker is not None:
+                top = ranking["consistency"][:RERANK_DEPTH]
+                t0 = time.perf_counter()
+                scores = reranker(q.question, [(scope[0], page) for page in top])
+                row["rerank_ms_per_page"] = (time.perf_counter() - t0) * 1000 / max(len(top), 1)
+                order = np.argsort(-np.asarray(scores), kind="stable")
+                ranking["reranked"] = [top[i] for i in order] + ranking["consistency"][RERANK_DEPTH:]
             for method, ranked in ranking.items():
                 row[method] = {"ranked": ranked[: max(KS)], **retrieval_metrics(ranked[: max(KS)], q.evidence_pages)}
             f.write(json.dumps(row) + "\n")
@@ -79,9 +93,10 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
     scored = [r for r in rows if r["qid"] in {q.qid for q in questions}]
     per_method = {m: mean_metrics([{k: v for k, v in r[m].items() if k != "ranked"} for r in scored]) for m in methods}
     lat = np.array([r["latency_ms"] for r in scored]) if scored else np.zeros(1)
-    return RetrievalReport(per_method, len(scored), skipped,
-                           {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95))},
-                           [float(x) for x in lat])
+    latency = {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95))}
+    if reranker is not None and scored:
+        latency["rerank_ms_per_page_mean"] = float(np.mean([r["rerank_ms_per_page"] for r in scored]))
+    return RetrievalReport(per_method, len(scored), skipped, latency, [float(x) for x in lat])
 
 
 def markdown_table(report: RetrievalReport, keys: Sequence[str] = ("recall@1", "recall@3", "recall@5", "recall@10",

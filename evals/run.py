@@ -44,18 +44,24 @@ def prepare(benchmark: Benchmark, data_dir: Path, store: Store, limit: int | Non
 
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
                   limit: int | None = None, show_progress: bool = True, llm=None, hyde: bool = False,
-                  decompose: bool = False) -> RetrievalReport:
+                  decompose: bool = False, reader=None) -> RetrievalReport:
     """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval);
-    with `hyde` / `decompose` the chat model `llm` plans each question first (agents.planner)."""
+    with `hyde` / `decompose` the chat model `llm` plans each question first (agents.planner); with a
+    Doc-REFRAG `reader`, its page relevance reranks the fused top 20 as one more method."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     searcher = HybridSearcher(store, embedder)
     planner = None
     if hyde or decompose:
         planner = lambda question: plan_question(question, llm, decompose=decompose, hyde=hyde)[0]  # noqa: E731
-    setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else ""])
+    reranker = None
+    if reader is not None:
+        from agents.rerank import reader_reranker
+
+        reranker = reader_reranker(reader, store)
+    setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", "-rerank" if reader else ""])
     benchmark_setting = f"{benchmark}{setting}"
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
-                                show_progress=show_progress, planner=planner)
+                                show_progress=show_progress, planner=planner, reranker=reranker)
     report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(),
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
@@ -71,11 +77,12 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
 
 
 def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, llm, out_dir: Path,
-                limit: int | None = None, config: AskConfig | None = None, show_progress: bool = True) -> dict:
+                limit: int | None = None, config: AskConfig | None = None, show_progress: bool = True,
+                reader=None) -> dict:
     """End-to-end run through the ask graph, scored with the official rules (see evals.answers)."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
-                            out_dir / f"{benchmark}-answers.jsonl", config, show_progress)
+                            out_dir / f"{benchmark}-answers.jsonl", config, show_progress, reader)
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "skipped_document_missing": missing,
                **summarise(benchmark, rows)}
     (out_dir / f"{benchmark}-answers.json").write_text(json.dumps(summary, indent=2, default=str))

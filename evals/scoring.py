@@ -163,11 +163,16 @@ def _levenshtein(a: str, b: str) -> int:
     return previous[-1]
 
 
-def _anls(gt: str, pred: str) -> float:
-    """1 - normalised Levenshtein distance, 0 at or below the 0.5 threshold."""
+def similarity(gt: str, pred: str) -> float:
+    """1 - normalised Levenshtein distance (ANLS before its threshold)."""
     length = max(len(gt.upper()), len(pred.upper()))  # upstream: "ß".upper() == "SS" counts 2
-    similarity = 1.0 - (_levenshtein(gt, pred) / length if length else 0.0)
-    return similarity if similarity > ANLS_THRESHOLD else 0.0
+    return 1.0 - (_levenshtein(gt, pred) / length if length else 0.0)
+
+
+def anls(gt: str, pred: str) -> float:
+    """1 - normalised Levenshtein distance, 0 at or below the 0.5 threshold."""
+    value = similarity(gt, pred)
+    return value if value > ANLS_THRESHOLD else 0.0
 
 
 def _is_exact_match_type(text: str) -> bool:
@@ -223,7 +228,7 @@ def _float_score(gt: str, pred: str) -> float:
 def _string_score(gt: str, pred: str) -> float:
     if _is_exact_match_type(gt):
         return float(gt == pred)
-    return _anls(gt, pred)
+    return anls(gt, pred)
 
 
 def _strip_decorations(text: str, currencies: str) -> str:
@@ -283,7 +288,7 @@ def _mmlongbench_list(gt: object, pred: object) -> float:
     pred_clean = sorted(_clean_mmlongbench(item) for item in pred_items)
     if _to_float(gt_clean[0]) is not None or _is_exact_match_type(gt_clean[0]):
         return float("-".join(gt_clean) == "-".join(pred_clean))
-    return min(_anls(g, p) for g, p in zip(gt_clean, pred_clean))
+    return min(anls(g, p) for g, p in zip(gt_clean, pred_clean))
 
 
 def mmlongbench_score(gt: object, pred: object, answer_format: str) -> float:
@@ -348,7 +353,7 @@ def _longdocurl_list(gt: object, pred: object) -> float:
     pred_clean = [_clean_longdocurl(item) for item in _join_dict_values(pred_items)]
     if _to_float(gt_clean[0]) is not None or _is_exact_match_type(gt_clean[0]):
         return float("-".join(gt_clean) == "-".join(pred_clean))
-    best = [max(_anls(g, p) for p in pred_clean) for g in gt_clean]
+    best = [max(anls(g, p) for p in pred_clean) for g in gt_clean]
     return sum(best) / len(gt_clean) * min(1, len(gt_clean) / len(pred_clean)) ** 0.5
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
@@ -16,7 +16,12 @@ from indexes.store import Store
 class AskConfig:
     max_rounds: int = field(default=2, metadata={"help": "retrieval rounds at most (1 = no refinement)"})
     tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined"})
-    pages: int = field(default=3, metadata={"help": "pages the answer agent reads"})
+    answerer: Literal["reader", "chat"] = field(default="reader", metadata={
+        "help": "reader: the Doc-REFRAG reader over the pages' tokens; chat: the chat model over their text"})
+    pages: int = field(default=3, metadata={"help": "pages the chat-model answerer reads"})
+    reader_pages: int = field(default=8, metadata={"help": "pages the Doc-REFRAG reader reads (compressed, "
+                                                           "the question's chunks expanded)"})
+    rerank: bool = field(default=False, metadata={"help": "rerank the fused pages with the reader's page relevance"})
     chars_per_page: int = field(default=1500, metadata={"help": "characters of each page the answer agent reads"})
     fusion: FusionMethod = field(default=DEFAULT_METHOD, metadata={"help": "fusion of the sparse and dense branches"})
     hyde: bool = field(default=True, metadata={"help": "write a hypothetical answer passage for the dense branch"})
@@ -30,8 +35,10 @@ class AskConfig:
             raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
         if not 0.0 <= self.tau <= 1.0:
             raise ValueError(f"tau is a confidence in [0, 1], got {self.tau}")
-        if self.pages < 1:
-            raise ValueError(f"pages must be >= 1, got {self.pages}")
+        if self.pages < 1 or self.reader_pages < 1:
+            raise ValueError(f"pages and reader_pages must be >= 1, got {self.pages} and {self.reader_pages}")
+        if self.answerer not in ("reader", "chat"):
+            raise ValueError(f"answerer must be 'reader' or 'chat', got {self.answerer!r}")
 
 
 @dataclass
@@ -40,5 +47,7 @@ class AskContext:
     searcher: HybridSearcher
     llm: BaseChatModel
     config: AskConfig = field(default_factory=AskConfig)
-    # (question, hits) -> one relevance score per hit; None keeps the fused order (the reader plugs in here)
+    # the Doc-REFRAG reader: answers when config.answerer == "reader", reranks when config.rerank
+    reader: Any = None
+    # (question, hits) -> one relevance score per hit; None keeps the fused order
     reranker: Callable[[str, Sequence], list[float]] | None = None

@@ -18,7 +18,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from agents import prompts
-from agents.answer import PageText, answer_question, cite, page_texts
+from agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
 from agents.llm import invoke_llm
 from agents.planner import plan_question
 from agents.retrieval import search_plan
@@ -43,7 +43,8 @@ def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
     p = Plan(**state["plan"])
-    k = cfg.pages + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
+    read = cfg.reader_pages if cfg.answerer == "reader" else cfg.pages
+    k = read + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
     hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, 10), cfg.fusion)
     queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap,
                 "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3)}
@@ -67,10 +68,17 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
 
 def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
-    hits = [Hit(**h) for h in state["hits"]][: cfg.pages + 2 * (state.get("round", 1) - 1)]
-    pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
-    text, tokens = answer_question(state["question"], pages, ctx.llm)
-    claims = cite(text, pages)
+    widen = 2 * (state.get("round", 1) - 1)  # each refinement round reads more pages
+    if cfg.answerer == "reader":
+        hits = [Hit(**h) for h in state["hits"]][: cfg.reader_pages + widen]
+        pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
+        text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
+        claims = cite(text, expanded or pages)
+    else:
+        hits = [Hit(**h) for h in state["hits"]][: cfg.pages + widen]
+        pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
+        text, tokens = answer_question(state["question"], pages, ctx.llm)
+        claims = cite(text, pages)
     update = {"answer": text, "claims": [c.model_dump() for c in claims],
               "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text} for p in pages],
               "tokens": state.get("tokens", 0) + tokens,

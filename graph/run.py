@@ -36,9 +36,20 @@ class AskResult:
 def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question: str,
             doc_ids: Sequence[str] | None = None, config: AskConfig | None = None,
             checkpoints: Path | None = None, on_event: Callable[[str, dict], None] | None = None,
-            thread_id: str | None = None, nodes: dict | None = None) -> AskResult:
-    """Run the graph on `question`; `checkpoints` is the SQLite file of the checkpointer."""
-    context = AskContext(store=store, searcher=searcher, llm=llm, config=config or AskConfig())
+            thread_id: str | None = None, nodes: dict | None = None, reader=None) -> AskResult:
+    """Run the graph on `question`; `checkpoints` is the SQLite file of the checkpointer. `reader` (a
+    DocRefragReader) is required when the config's answerer is "reader" or it reranks."""
+    config = config or AskConfig()
+    if reader is None and (config.answerer == "reader" or config.rerank):
+        raise ValueError("this AskConfig reads or reranks with the Doc-REFRAG reader: pass reader=..., "
+                         "or use AskConfig(answerer='chat', rerank=False)")
+    reranker = None
+    if config.rerank:
+        from agents.rerank import reader_reranker
+
+        score = reader_reranker(reader, store)
+        reranker = lambda question, hits: score(question, [(h.doc_id, h.page) for h in hits])  # noqa: E731
+    context = AskContext(store=store, searcher=searcher, llm=llm, config=config, reader=reader, reranker=reranker)
     thread_id = thread_id or uuid.uuid4().hex[:12]
     start = time.perf_counter()
     with closing(sqlite3.connect(checkpoints or store.root / "checkpoints.sqlite", check_same_thread=False)) as conn:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Literal
 
+import numpy as np
 from tqdm import tqdm
 
 from docrefrag_core.chunking import retrieval_vectors
@@ -161,6 +162,18 @@ def _process_in_worker(source: DocSource, index: int) -> PageResult:
     parsed.image = None
     return PageResult(parsed, tokens, _encoder.encoder_id, _encoder.text_dim,
                       {"parse": mid - start, "encode": time.perf_counter() - mid})
+
+
+def encode_document(pdf: Path, encoder: PageEncoder) -> np.ndarray:
+    """(n, m, d) tokens of every page of a PDF, parsed and encoded in this process as at ingest
+    (for benchmarks and evaluations that need no store)."""
+    source = DocSource("pdf", Path(pdf))
+    n_pages, _ = inspect_source(source)
+    parser = PageParser(source)
+    try:
+        return np.stack([encoder.encode(parser.parse(i).to_input()).tokens for i in range(n_pages)])
+    finally:
+        parser.close()
 
 
 # ---------------------------------------------------------------------- main side

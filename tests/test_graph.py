@@ -194,7 +194,7 @@ def read_state(store_dir: Path, thread_id: str):
 def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
     store_dir, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert "|Northfield|2019|4,812|" in seen[1]  # the answer agent read the table as a table
@@ -219,7 +219,7 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
 
 def test_ask_with_the_real_local_model(dr, report):
     _, doc_id = report
-    result = dr.ask(QUESTION, llm=None, config=AskConfig(max_rounds=1, decompose=False))
+    result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1, decompose=False))
     print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
           f"{result.seconds:.1f} s, {result.tokens} answer tokens, claims {result.claims}")
     assert result.answer.strip()
@@ -239,7 +239,7 @@ NEW_QUERY = "Northfield passenger count table for the year 2019"
 
 def test_unsupported_answer_is_refined_with_a_new_query(dr):
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, max_rounds=3))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, max_rounds=3))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate",
@@ -258,7 +258,7 @@ def test_unsupported_answer_is_refined_with_a_new_query(dr):
 def test_refinement_stops_at_max_rounds(dr):
     # a third round would call the model a seventh time: the script has six replies
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, max_rounds=2))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, max_rounds=2))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
@@ -267,7 +267,7 @@ def test_refinement_stops_at_max_rounds(dr):
 
 def test_tau_zero_never_refines(dr):
     llm, seen = scripted(HYDE, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, tau=0.0))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, tau=0.0))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
@@ -280,7 +280,7 @@ def test_tau_zero_never_refines(dr):
 def test_finished_run_is_checkpointed_as_plain_data(dr, report):
     store_dir, _ = report
     llm, _ = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False), thread_id="checkpointed-run")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False), thread_id="checkpointed-run")
     assert result.thread_id == "checkpointed-run"
 
     snapshot = read_state(store_dir, "checkpointed-run")
@@ -299,7 +299,7 @@ def test_finished_run_is_checkpointed_as_plain_data(dr, report):
 def test_rerank_node_replaced_by_dotted_path(dr, report):
     _, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False, max_rounds=1),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, max_rounds=1),
                     nodes={"rerank": f"{__name__}:reverse_rerank"})
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
@@ -358,7 +358,7 @@ def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
     store_dir, _ = report
     llm, seen = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
     with pytest.raises(LLMUnavailableError, match="127.0.0.1:9"):
-        dr.ask(QUESTION, llm=llm, config=AskConfig(decompose=False), thread_id="failed-run")
+        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False), thread_id="failed-run")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer"]
 
     snapshot = read_state(store_dir, "failed-run")
@@ -372,7 +372,7 @@ def test_cli_llm_failure_is_one_line(tmp_path, ingest, light_pdf):
     with Store(tmp_path / "store", create=True) as store:
         ingest(store, light_pdf(tmp_path / "survey.pdf", 1))
     # pytest imports this file as the top-level module `test_graph` from tests/
-    proc = _cli("ask", QUESTION, "--store", str(tmp_path / "store"), "--quiet",
+    proc = _cli("ask", QUESTION, "--store", str(tmp_path / "store"), "--quiet", "--answerer", "chat",
                 "--llm", f"{__name__}:unavailable_llm", pythonpath=Path(__file__).parent)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr

@@ -1,0 +1,169 @@
+"""Evaluations of the trained Doc-REFRAG reader on held-out data (issue: training).
+
+    python -m evals.reader_evals reconstruction [--checkpoint DIR] [--json OUT]
+    python -m evals.reader_evals selectors --synthetic | --mmlongbench DATA --store STORE [--limit N]
+
+- reconstruction: dense-text pages (`synthetic.dense_text_page`, held-out seeds) of 500-4,000
+  characters; the reader is asked to read the page and its output is compared with the beginning of
+  the page's text, as long as the training targets (`ExampleConfig.target_chars`): ANLS (official
+  threshold 0.5) and the plain normalised-Levenshtein similarity, compressed only and with the
+  selector's p = 0.2 expansion (and every chunk expanded, as the upper reference).
+- selectors: noisy sequences (the evidence page first among hard negatives from our own index);
+  answer score (`evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
+  alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from docrefrag_core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
+from evals.scoring import anls, mmlongbench_score, similarity
+
+HELD_OUT_SEED = 90_000
+PS = (0.1, 0.15, 0.2, 0.25, 0.3)
+
+
+def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 3, target_chars: int = 160,
+                   new_tokens: int = 64) -> list[dict]:
+    from docrefrag_core.synthetic import dense_text_page
+    from docrefrag_core.train_data import _cut
+    from indexes.ingest import encode_document
+
+    rows = []
+    modes = {"compressed": NoneSelector(), "selective p=0.2": None, "all expanded": AllSelector()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in chars:
+            scores: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+            for s in range(pages):
+                pdf = Path(tmp) / f"dense-{c}-{s}.pdf"
+                truth = dense_text_page(pdf, c, seed=HELD_OUT_SEED + 10 * c + s)
+                tokens = torch.from_numpy(encode_document(pdf, encoder))
+                target = _cut(truth.text, target_chars)
+                for mode, selector in modes.items():
+                    out = reader.answer("Read the text of the page.", tokens, p=0.2, selector=selector,
+                                        max_new_tokens=new_tokens)
+                    pred = out.text[: len(target)]
+                    scores[mode].append((anls(target, pred), similarity(target, pred)))
+            for mode, values in scores.items():
+                rows.append({"chars": c, "mode": mode, "pages": pages, "anls": round(statistics.mean(a for a, _ in values), 3),
+                             "similarity": round(statistics.mean(b for _, b in values), 3)})
+    return rows
+
+
+def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[dict]:
+    """`sequences`: NoisySequence-like (question, answer, answer_format, pages); `tokens_of(pages)` -> (n, m, d)."""
+    choices = {"random": RandomSelector(seed), "similarity": SimilaritySelector(reader.config.question_dim),
+               "trained (GRPO)": reader.selector}
+    rows = []
+    for p in ps:
+        for name, selector in choices.items():
+            scores, select_ms = [], []
+            for seq in sequences:
+                tokens = tokens_of(seq.pages)
+                chunks = reader.chunks(tokens)
+                flat = chunks.reshape(-1, *chunks.shape[2:])
+                question = reader.question_vector(seq.question)
+                T = int(p * flat.shape[0])
+                start = time.perf_counter()
+                selector.choose(question, flat, T)
+                select_ms.append((time.perf_counter() - start) * 1000)
+                out = reader.answer(seq.question, tokens, p=p, selector=selector)
+                scores.append(mmlongbench_score(seq.answer, out.text, seq.answer_format))
+            rows.append({"p": p, "selector": name, "questions": len(sequences),
+                         "accuracy": round(float(np.mean(scores)), 3),
+                         "select_ms_p50": round(float(np.median(select_ms)), 2)})
+    return rows
+
+
+def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):
+    """Held-out synthetic documents (seeds from HELD_OUT_SEED) ingested into `out`/store, and noisy
+    sequences for their answerable questions."""
+    from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+    from docrefrag_core.page_encoder import default_encoder
+    from docrefrag_core.synthetic import training_document
+    from indexes.hybrid import HybridSearcher
+    from indexes.ingest import Ingestor
+    from indexes.store import Store
+
+    store = Store(out / "store", create=True)
+    synthetic = [training_document(out / f"heldout-{i}.pdf", pages, HELD_OUT_SEED + i) for i in range(docs)]
+    with Ingestor(store, show_progress=False) as ingestor:
+        results = {Path(r.source).resolve(): r.doc_id for r in ingestor.ingest([d.path for d in synthetic])}
+    searcher = HybridSearcher(store, default_encoder().embedder)
+    qs = [EvidenceQuestion.from_fact(q, results[d.path.resolve()]) for d in synthetic for q in d.questions if q.page]
+    qs = qs[:: max(1, len(qs) // questions)][:questions]
+    lo, hi = noisy_pages
+    return store, [build_sequence(searcher, q, NoiseConfig(m_min=lo, m_max=hi, seed=i)) for i, q in enumerate(qs)]
+
+
+def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pages: tuple[int, int]):
+    """Dev-set questions with one evidence page, in noisy sequences over the dev store."""
+    from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+    from docrefrag_core.page_encoder import default_encoder
+    from evals.datasets import load_questions, mmlongbench_format
+    from indexes.hybrid import HybridSearcher
+    from indexes.store import Store
+
+    store = Store(store_dir)
+    names = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+    pool = [q for q in load_questions("mmlongbench", data / "samples.json")
+            if q.answerable and len(q.evidence_pages) == 1 and q.doc_name in names]
+    pool = pool[:: max(1, len(pool) // questions)][:questions]
+    searcher = HybridSearcher(store, default_encoder().embedder)
+    lo, hi = noisy_pages
+    seqs = [build_sequence(searcher, EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), names[q.doc_name],
+                                                      tuple(q.evidence_pages)), NoiseConfig(m_min=lo, m_max=hi, seed=i))
+            for i, q in enumerate(pool)]
+    return store, seqs
+
+
+def main(argv: list[str] | None = None) -> int:
+    from docrefrag_core.page_encoder import default_encoder
+    from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
+
+    parser = argparse.ArgumentParser(prog="python -m evals.reader_evals")
+    parser.add_argument("what", choices=["reconstruction", "selectors"])
+    parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    parser.add_argument("--mmlongbench", type=Path, default=None, help="selectors on this dev-set folder (with --store)")
+    parser.add_argument("--store", type=Path, default=None)
+    parser.add_argument("--limit", type=int, default=30, help="questions (selectors)")
+    parser.add_argument("--noisy-pages", type=int, nargs=2, default=(3, 6))
+    parser.add_argument("--work", type=Path, default=Path("runs/reader-evals"))
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    encoder = default_encoder()
+    reader = load_reader(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
+    if args.what == "reconstruction":
+        rows = reconstruction(reader, encoder)
+    else:
+        args.work.mkdir(parents=True, exist_ok=True)
+        if args.mmlongbench:
+            store, seqs = mmlongbench_sequences(args.mmlongbench, args.store, args.limit, tuple(args.noisy_pages))
+        else:
+            store, seqs = synthetic_sequences(args.work / "heldout", 6, 6, args.limit, tuple(args.noisy_pages))
+
+        def tokens_of(pages):
+            return torch.from_numpy(np.stack([store.page_tokens(d, p).tokens for d, p in pages]).astype(np.float32))
+
+        with torch.no_grad():
+            rows = selectors(reader, seqs, tokens_of)
+        store.close()
+    text = json.dumps(rows, indent=1)
+    if args.json:
+        args.json.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
