@@ -145,7 +145,9 @@ class Trainer:
 
     # -------------------------------------------------------------- losses
 
-    def draw(self, stage: str, step: int, total: int) -> Example:
+    def draw(self, stage: str, step: int, progress: float) -> Example:
+        """The example of `step`; `progress` in [0, 1] (steps or minutes spent, whichever is further)
+        moves stage 2's curriculum from single pages to multi-page to noisy sequences."""
         s = self.sampler
         if stage == "stage1":
             return s.parse(step) if step % 2 == 0 else s.locate(step)
@@ -154,7 +156,7 @@ class Trainer:
                 return s.rerank(step)
             if not self.config.curriculum:
                 return s.qa(step, "noisy")
-            return s.qa(step, ("single", "multi", "noisy")[min(2, 3 * step // max(total, 1))])
+            return s.qa(step, ("single", "multi", "noisy")[min(2, int(3 * progress))])
         return s.qa(step, "noisy")
 
     def supervised_loss(self, reader, ex: Example) -> torch.Tensor:
@@ -244,7 +246,7 @@ class Trainer:
         reader.train()
         with open(folder / "log.jsonl", "a") as log:
             while step < cfg.steps and (time.perf_counter() - start) / 60 < cfg.minutes:
-                ex = self.draw(stage, step, cfg.steps)
+                ex = self.draw(stage, step, max(step / cfg.steps, (time.perf_counter() - start) / 60 / cfg.minutes))
                 reward = None
                 if stage == "stage3":
                     loss, reward = self.grpo_step(reader, reference, ex, random.Random(f"{cfg.seed}|p|{step}"), generator)
@@ -261,10 +263,10 @@ class Trainer:
                 if reward is not None:
                     record["reward"] = round(reward, 3)
                 log.write(json.dumps(record) + "\n")
+                log.flush()
                 bar.update()
                 bar.set_postfix(loss=f"{np.mean(window[-20:]):.3f}", **({"reward": f"{reward:.2f}"} if reward is not None else {}))
                 if step % cfg.save_every == 0:
-                    log.flush()
                     self._save_state(state_file, named, optimiser, step, (time.perf_counter() - start) / 60, reference)
         bar.close()
         minutes = (time.perf_counter() - start) / 60
