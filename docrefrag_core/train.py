@@ -7,8 +7,9 @@
   expansion (see `train_data`), mixed with page-relevance (rerank) examples so the same reader can
   rerank;
 - stage 3, GRPO: the decoder, norm, projector, aligner and LoRA frozen; the selector trained with
-  the group-relative objective of `grpo` on noisy sequences, reward = `evals.scoring.mmlongbench_score`
-  of the decoded answer, budget p ~ U[p_min, p_max].
+  the group-relative objective of `grpo` on multi-page sequences (2-4 pages of the evidence's
+  document: a rollout group over noisy 20-30-page sequences costs minutes on 2 CPU cores), reward =
+  `evals.scoring.mmlongbench_score` of the decoded answer, budget p ~ U[p_min, p_max].
 
 Every stage starts from the previous stage's checkpoint (stage 1 and an ablation's stage 2 from
 untrained parts), resumes from its own `state.pt` (written atomically every `save_every` steps),
@@ -157,7 +158,7 @@ class Trainer:
             if not self.config.curriculum:
                 return s.qa(step, "noisy")
             return s.qa(step, ("single", "multi", "noisy")[min(2, int(3 * progress))])
-        return s.qa(step, "noisy")
+        return s.qa(step, "multi")
 
     def supervised_loss(self, reader, ex: Example) -> torch.Tensor:
         tokens = self.tokens(ex.pages)
