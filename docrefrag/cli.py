@@ -173,9 +173,13 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(f"{name}: {path}")
         return EXIT_OK
     rows = weights.list_models(verify=args.verify)
+    reader = _reader_record()
     if args.json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps([*rows, reader], indent=2, default=str))
         return EXIT_OK
+    steps = ", ".join(f"{s['stage']} {s['steps']} steps/{s['minutes']} min" for s in reader.get("stages", []))
+    print(f"{'reader':10s} {'shipped' if reader['present'] else 'missing':11s} {'':>8s}  {'(in the package)':28s} "
+          f"{reader['path']}" + (f"\n           {steps}" if steps else "") + (f"\n           {reader['error']}" if reader.get("error") else ""))
     for r in rows:
         state = "not fetched" if not r["cached"] else {True: "verified", False: "CORRUPTED", None: "cached"}[r["verified"]]
         size = f"{r['size_bytes'] / 1e6:.0f} MB" if r.get("size_bytes") else "-"
@@ -183,6 +187,23 @@ def cmd_models(args: argparse.Namespace) -> int:
         if r.get("error"):
             print(f"           {r['error']}")
     return EXIT_OK if all(r["cached"] and r["verified"] is not False for r in rows) else EXIT_PARTIAL
+
+
+def _reader_record() -> dict:
+    """The shipped Doc-REFRAG reader checkpoint: where it is, its stage record and file hashes."""
+    from docrefrag_core.checkpoint import CheckpointError, read_checkpoint_config
+    from docrefrag_core.reader import DEFAULT_CHECKPOINT
+
+    record = {"name": "reader", "path": str(DEFAULT_CHECKPOINT), "present": DEFAULT_CHECKPOINT.is_dir()}
+    if record["present"]:
+        try:
+            config = read_checkpoint_config(DEFAULT_CHECKPOINT)
+            manifest = json.loads((DEFAULT_CHECKPOINT / "manifest.json").read_text())
+            record.update(verified=True, encoder_id=config["encoder_id"], decoder_id=config["decoder_id"],
+                          reader=config["reader"], stages=config["stages"], files=manifest["files"])
+        except CheckpointError as e:
+            record.update(verified=False, error=str(e))
+    return record
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
