@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--out", type=Path, default=Path("runs"), help="where per-question JSONL and reports go")
     ev.add_argument("--limit", type=int, default=None, help="first N questions only")
     ev.add_argument("--retrieval-only", action="store_true", help="rank pages only (no answering)")
+    ev.add_argument("--baselines", action="store_true", help="the reader behind each retrieval/reading pipeline "
+                                                             "(BM25, dense, RRF, consistency top-5; top-5 full; "
+                                                             "top-20 reranked to 5; top-20 selective), one table")
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
     ev.add_argument("--hyde", action="store_true", help="retrieval-only: add the planner's HyDE passage to the dense branch")
     ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
@@ -306,6 +309,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evals.retrieval import markdown_table
     from evals.run import run_answers, run_retrieval
 
+    if args.baselines:
+        from evals.run import run_baselines
+
+        with _api(args) as dr:
+            print(run_baselines(args.benchmark, args.data, dr.open_store(create=True), dr.embedder,
+                                dr.reader(args.checkpoint), args.out, limit=args.limit, show_progress=sys.stderr.isatty()))
+        return EXIT_OK
     if not args.retrieval_only:
         config = _ask_config(args)
         with _api(args) as dr:

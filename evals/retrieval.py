@@ -50,6 +50,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
     keywords, HyDE passage) instead of as one query; the plan is kept in the row. With a `reranker`,
     the consistency-fused top RERANK_DEPTH pages are reordered by it as one more method, "reranked"
     (the pages below the depth keep their fused order), and its time per page is recorded."""
+    fused_methods = list(methods)
     if reranker is not None:
         methods = [*methods, "reranked"]
     done = load_rows(out)
@@ -71,12 +72,12 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             if planner is None:
                 cands = searcher.candidates(q.question, scope, k=max(KS))
                 ranking = {m: [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, m), kind="stable")]
-                           for m in methods}
+                           for m in fused_methods}
             else:
                 plan = planner(q.question)
                 row["plan"] = plan.model_dump()
                 ranking = {m: [h.page for h in search_plan(plan, q.question, searcher, scope, max(KS), m)[0]]
-                           for m in methods}
+                           for m in fused_methods}
             row["latency_ms"] = (time.perf_counter() - start) * 1000
             if reranker is not None:
                 top = ranking["consistency"][:RERANK_DEPTH]

@@ -76,6 +76,21 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     return report
 
 
+def run_baselines(benchmark: Benchmark, data_dir: Path, store: Store, embedder, reader, out_dir: Path,
+                  limit: int | None = None, show_progress: bool = True) -> str:
+    """The reader behind every retrieval/reading pipeline of evals.baselines; returns the markdown table."""
+    from evals.baselines import evaluate_baselines, summary_table
+
+    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
+    rows = evaluate_baselines(store, HybridSearcher(store, embedder), reader, present, doc_ids,
+                              out_dir / f"{benchmark}-baselines.jsonl", show_progress=show_progress)
+    table = summary_table(rows)
+    (out_dir / f"{benchmark}-baselines.md").write_text(
+        f"# {benchmark} reader baselines ({len(rows)} questions, {date.today().isoformat()}; "
+        f"skipped, document missing: {missing})\n\n{table}\n")
+    return table
+
+
 def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, llm, out_dir: Path,
                 limit: int | None = None, config: AskConfig | None = None, show_progress: bool = True,
                 reader=None) -> dict:
