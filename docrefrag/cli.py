@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _quiet_libraries() -> None:
     import os
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)  # from peft
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
