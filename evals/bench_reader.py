@@ -69,7 +69,8 @@ def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, chec
         if checkpoint and base.k == k:
             load_checkpoint(reader, checkpoint, encoder.encoder_id)
         modes = [("compressed", NoneSelector()), ("selective", None)] + ([("full", AllSelector())] if k == ks[0] else [])
-        reader.answer(QUESTION, pages[:1], p=p, max_new_tokens=2, stop=False)  # warm-up
+        # warm-up at full length: the first long prefill of a process pays for allocations and kernel set-up
+        reader.answer(QUESTION, pages, p=p, selector=NoneSelector(), max_new_tokens=2, stop=False)
         for mode, selector in modes:
             with PeakRSS(interval=0.05) as rss:
                 out = reader.answer(QUESTION, pages, p=p, selector=selector, max_new_tokens=new_tokens, stop=False)
