@@ -3,12 +3,14 @@
     <dir>/config.json     format version, the ReaderConfig, the encoder and decoder it was trained
                           for, and the record of every training stage (data, steps, seed, command,
                           minutes)
-    <dir>/reader.safetensors   token norm, projector, aligner, selector
-    <dir>/lora.safetensors     the decoder's LoRA adapters
+    <dir>/reader.safetensors   token norm, projector, aligner, selector (float16)
+    <dir>/lora.safetensors     the decoder's LoRA adapters (float16)
     <dir>/manifest.json   sha256 of every file above
 
 Saving writes a sibling temporary directory and renames it into place, so an interrupted save
-never leaves a half-written checkpoint. Loading verifies every sha256 and refuses a checkpoint
+never leaves a half-written checkpoint. Weights are stored in float16 (a shipped checkpoint stays a
+few MB; a training stage resumes from its own float32 state, not from the checkpoint) and loaded
+into the reader's float32 parameters. Loading verifies every sha256 and refuses a checkpoint
 made for another page encoder or decoder, naming both.
 """
 
@@ -41,10 +43,11 @@ def save_checkpoint(reader, path: Path | str, encoder_id: str, stages: list[dict
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        parts = {f"{part}.{k}": v.detach().contiguous() for part in PARTS
+        parts = {f"{part}.{k}": v.detach().to(torch.float16).contiguous() for part in PARTS
                  for k, v in getattr(reader, part).state_dict().items()}
         save_file(parts, tmp / "reader.safetensors")
-        lora = {n: p.detach().contiguous() for n, p in reader.decoder.named_parameters() if "lora_" in n}
+        lora = {n: p.detach().to(torch.float16).contiguous() for n, p in reader.decoder.named_parameters()
+                if "lora_" in n}
         save_file(lora, tmp / "lora.safetensors")
         config = {"format": FORMAT, "reader": asdict(reader.config), "encoder_id": encoder_id,
                   "decoder_id": reader.decoder_id, "stages": stages}
@@ -101,12 +104,14 @@ def load_checkpoint(reader, path: Path | str, encoder_id: str) -> dict:
     parts = load_file(Path(path) / "reader.safetensors")
     for part in PARTS:
         prefix = f"{part}."
-        getattr(reader, part).load_state_dict({k[len(prefix):]: v for k, v in parts.items() if k.startswith(prefix)})
+        module = getattr(reader, part)
+        dtype = next(module.parameters()).dtype
+        module.load_state_dict({k[len(prefix):]: v.to(dtype) for k, v in parts.items() if k.startswith(prefix)})
     lora = load_file(Path(path) / "lora.safetensors")
     params = dict(reader.decoder.named_parameters())
     if set(lora) != {n for n in params if "lora_" in n}:
         raise CheckpointError(f"reader checkpoint {path}: its LoRA adapters do not match the decoder's LoRA layers")
     with torch.no_grad():
         for name, value in lora.items():
-            params[name].copy_(value)
+            params[name].copy_(value.to(params[name].dtype))
     return config
