@@ -53,6 +53,9 @@ def save_checkpoint(reader, path: Path | str, encoder_id: str, stages: list[dict
                   "decoder_id": reader.decoder_id, "stages": stages}
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         (tmp / MANIFEST).write_text(json.dumps({"files": {f: sha256_file(tmp / f) for f in FILES}}, indent=1))
+        tmp.chmod(0o755)  # mkdtemp and safetensors create owner-only files; a checkpoint is shared data
+        for f in (*FILES, MANIFEST):
+            (tmp / f).chmod(0o644)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
