@@ -13,6 +13,7 @@ and snippet) that contains most of the answer's words.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from agents import prompts
 from agents.llm import invoke_llm
 from agents.schemas import Citation, Claim
+from docrefrag_core.chunking import box_overlap, chunk_box
 from indexes.bm25 import tokenize
 from indexes.hybrid import Hit
 from indexes.store import ChunkRecord, Store
@@ -76,15 +78,25 @@ def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) ->
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:
-    """(short answer, output tokens, the pages restricted to their expanded chunks) from the
-    Doc-REFRAG reader over the pages' stored tokens."""
+    """(short answer, output tokens, the pages' text chunks that lie in an expanded grid chunk, each
+    carrying that grid chunk's box) from the Doc-REFRAG reader over the pages' stored tokens: the
+    expanded chunks become the region citations."""
     tokens = np.stack([store.page_tokens(p.doc_id, p.page).tokens for p in pages]).astype(np.float32)
     out = reader.answer(question, torch.from_numpy(tokens))
-    expanded = {(i, j) for i, j in out.expanded}
-    cited = [PageText(p.doc_id, p.page, p.text, [c for c in p.chunks if (i, c.chunk) in expanded])
-             for i, p in enumerate(pages)]
+    grid, k = math.isqrt(tokens.shape[1]), reader.config.k
+    cited = []
+    for i, p in enumerate(pages):
+        record = store.page(p.doc_id, p.page)
+        boxes = [chunk_box(j, k, grid, record.width, record.height) for page, j in out.expanded if page == i]
+        chunks = []
+        for c in p.chunks:
+            cover, box = max(((box_overlap(b, c.bbox), b) for b in boxes), default=(0.0, None))
+            if cover > 0:
+                chunks.append(ChunkRecord(c.doc_id, c.page, c.chunk, c.text, box))
+        if chunks:
+            cited.append(PageText(p.doc_id, p.page, p.text, chunks))
     answer = re.sub(r"^(short answer|answer)\s*:\s*", "", out.text, flags=re.I).strip().strip('"')
-    return answer or NOT_ANSWERABLE, out.output_tokens, [p for p in cited if p.chunks]
+    return answer or NOT_ANSWERABLE, out.output_tokens, cited
 
 
 def cite(answer: str, pages: list[PageText]) -> list[Claim]:

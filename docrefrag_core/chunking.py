@@ -58,3 +58,10 @@ def chunk_box(chunk: int, k: int, grid: int, width: float, height: float) -> tup
     if r0 == r1:
         return (first % grid) * cw, r0 * ch, (last % grid + 1) * cw, (r1 + 1) * ch
     return 0.0, r0 * ch, width, (r1 + 1) * ch  # the chunk wraps to the next row
+
+
+def box_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """Fraction of box a covered by box b."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    return ix * iy / max((a[2] - a[0]) * (a[3] - a[1]), 1e-9)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from docrefrag_core.chunking import chunk_box
+from docrefrag_core.chunking import box_overlap, chunk_box
 from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
 from docrefrag_core.synthetic import SyntheticDoc, training_document
 
@@ -158,7 +158,7 @@ class ExampleSampler:
         k, g = self.config.k, self.config.grid
         L = g * g // k
         w, h = self.corpus.sizes[pages[evidence]]
-        cover = [_overlap(chunk_box(j, k, g, w, h), bbox) for j in range(L)]
+        cover = [box_overlap(chunk_box(j, k, g, w, h), bbox) for j in range(L)]
         ranked = [j for j in sorted(range(L), key=lambda j: -cover[j]) if cover[j] > 0]
         return [(evidence, j) for j in sorted(ranked[: int(p * len(pages) * L)])]
 
@@ -167,14 +167,6 @@ class ExampleSampler:
         L = self.config.grid ** 2 // self.config.k
         others = [(i, j) for i in range(len(pages)) if i != evidence for j in range(L)]
         return sorted(expand + rng.sample(others, min(len(others), len(expand))))
-
-
-def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
-    """Fraction of box a covered by box b."""
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    area = max((a[2] - a[0]) * (a[3] - a[1]), 1e-9)
-    return ix * iy / area
 
 
 def _cut(text: str, chars: int) -> str:

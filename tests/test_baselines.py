@@ -64,3 +64,17 @@ def test_retrieval_evaluation_adds_a_reranked_row(tmp_path, store, ingest, light
     row = json.loads((tmp_path / "r.jsonl").read_text())
     assert row["reranked"]["ranked"] == row["consistency"]["ranked"][::-1] and len(row["reranked"]["ranked"]) == 10
     assert "reranked" in report.methods and report.latency_ms["rerank_ms_per_page_mean"] >= 0
+
+
+def test_the_readers_citations_are_expanded_chunks(tmp_path, store, ingest, light_pdf, embedder, tiny_reader):
+    from agents.answer import page_texts, read_with_reader
+    from docrefrag_core.chunking import chunk_box
+
+    (result,) = ingest(store, light_pdf(tmp_path / "survey.pdf", 3))
+    hits = HybridSearcher(store, embedder).search("station s002 otter", k=3, doc_ids=[result.doc_id])
+    pages = page_texts(store, hits, "station s002 otter", 1500)
+    answer, tokens, cited = read_with_reader("How many otters near station s002?", pages, store, tiny_reader)
+    assert answer and tokens >= 1
+    grid_boxes = {chunk_box(j, 3, 18, 595, 842) for j in range(108)}
+    assert cited and all(c.bbox in grid_boxes for p in cited for c in p.chunks)
+    assert all(c.page == p.page and c.text for p in cited for c in p.chunks)
