@@ -17,7 +17,6 @@ import math
 import re
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -81,7 +80,7 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     """(short answer, output tokens, the pages' text chunks that lie in an expanded grid chunk, each
     carrying that grid chunk's box) from the Doc-REFRAG reader over the pages' stored tokens: the
     expanded chunks become the region citations."""
-    tokens = np.stack([store.page_tokens(p.doc_id, p.page).tokens for p in pages]).astype(np.float32)
+    tokens = store.stacked_tokens([(p.doc_id, p.page) for p in pages])
     out = reader.answer(question, torch.from_numpy(tokens))
     grid, k = math.isqrt(tokens.shape[1]), reader.config.k
     cited = []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 import torch
 
 from docrefrag_core.reader import DocRefragReader
@@ -18,7 +17,6 @@ def reader_reranker(reader: DocRefragReader, store: Store) -> Callable[[str, lis
     def score(question: str, pages: list[tuple[str, int]]) -> list[float]:
         if not pages:
             return []
-        tokens = np.stack([store.page_tokens(doc_id, page).tokens for doc_id, page in pages]).astype(np.float32)
-        return reader.relevance(question, torch.from_numpy(tokens))
+        return reader.relevance(question, torch.from_numpy(store.stacked_tokens(pages)))
 
     return score

@@ -108,7 +108,7 @@ class ExampleSampler:
         key = rng.choice(self.corpus.keys)
         L = self.config.grid ** 2 // self.config.k
         expand = sorted((0, j) for j in rng.sample(range(L), int(self.config.expand_p * L)))
-        return Example("parse", "Read the text of the page.", [key], _cut(self.truths[key].text, self.config.target_chars),
+        return Example("parse", "Read the text of the page.", [key], cut_text(self.truths[key].text, self.config.target_chars),
                        expand=expand)
 
     def locate(self, step: int) -> Example:
@@ -118,7 +118,7 @@ class ExampleSampler:
         w, h = self.corpus.sizes[key]
         x0, y0, x1, y1 = region.bbox
         box = f"{100 * x0 / w:.0f} {100 * y0 / h:.0f} {100 * x1 / w:.0f} {100 * y1 / h:.0f}"
-        return Example("locate", f"Read the text in the box {box}.", [key], _cut(region.text, self.config.target_chars),
+        return Example("locate", f"Read the text in the box {box}.", [key], cut_text(region.text, self.config.target_chars),
                        expand=self.pseudo_labels([key], 0, region.bbox, self.config.expand_p))
 
     def qa(self, step: int, level: str) -> Example:
@@ -169,6 +169,7 @@ class ExampleSampler:
         return sorted(expand + rng.sample(others, min(len(others), len(expand))))
 
 
-def _cut(text: str, chars: int) -> str:
+def cut_text(text: str, chars: int) -> str:
+    """`text` with whitespace collapsed, cut at a word boundary to at most `chars` characters."""
     text = " ".join(text.split())
     return text if len(text) <= chars else text[:chars].rsplit(" ", 1)[0]

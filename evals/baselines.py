@@ -38,7 +38,7 @@ PIPELINES = ("sparse top-5", "dense top-5", "rrf top-5", "consistency top-5", "t
 
 
 def _read(reader, store: Store, doc_id: str, pages: list[int], question: str, selector=None) -> str:
-    tokens = np.stack([store.page_tokens(doc_id, p).tokens for p in pages]).astype(np.float32)
+    tokens = store.stacked_tokens([(doc_id, p) for p in pages])
     return reader.answer(question, torch.from_numpy(tokens), selector=selector).text
 
 
@@ -48,7 +48,7 @@ def run_pipeline(name: str, q: Question, doc_id: str, store: Store, searcher: Hy
     method = name.split()[0] if name.split()[0] in ("sparse", "dense", "rrf") else "consistency"
     order = [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, method), kind="stable")]
     if name == "top-20 reranked to 5":
-        tokens = np.stack([store.page_tokens(doc_id, p).tokens for p in order[:20]]).astype(np.float32)
+        tokens = store.stacked_tokens([(doc_id, p) for p in order[:20]])
         relevance = reader.relevance(q.question, torch.from_numpy(tokens))
         return [order[i] for i in np.argsort(-np.asarray(relevance), kind="stable")[:5]]
     return order[:20] if name == "top-20 selective" else order[:5]

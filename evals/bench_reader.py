@@ -49,23 +49,25 @@ def stored_pages(store_dir: Path, doc_id: str, n: int) -> np.ndarray:
         doc = store.find(store.resolve(doc_id))
         if doc.n_pages < n:
             raise ValueError(f"document {doc.doc_id} has {doc.n_pages} pages; pass --pages {doc.n_pages} or fewer")
-        return np.stack([store.page_tokens(doc.doc_id, i).tokens for i in range(1, n + 1)])
+        return store.stacked_tokens([(doc.doc_id, i) for i in range(1, n + 1)])
 
 
 def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, checkpoint: Path | None) -> list[dict]:
     from docrefrag_core.checkpoint import checkpoint_reader_config, load_checkpoint
+    from docrefrag_core.config import ReaderConfig
     from docrefrag_core.page_encoder import default_encoder
     from docrefrag_core.reader import DocRefragReader, load_decoder
+    from docrefrag_core.weights import model_dir
 
     encoder = default_encoder()
-    decoder, tokenizer = load_decoder(_decoder_path())
+    decoder, tokenizer = load_decoder(model_dir("smollm2"))
     base = checkpoint_reader_config(checkpoint) if checkpoint else None
     pages = torch.from_numpy(tokens)
     n = pages.shape[0]
     rows = []
     for k in ks:
-        config = replace(base, k=k) if base else None
-        reader = DocRefragReader(decoder, tokenizer, config or _config(k), encoder.embedder.embed_queries).eval()
+        config = replace(base, k=k) if base else ReaderConfig(k=k)
+        reader = DocRefragReader(decoder, tokenizer, config, encoder.embedder.embed_queries).eval()
         if checkpoint and base.k == k:
             load_checkpoint(reader, checkpoint, encoder.encoder_id)
         modes = [("compressed", NoneSelector()), ("selective", None)] + ([("full", AllSelector())] if k == ks[0] else [])
@@ -81,18 +83,6 @@ def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, chec
                          "trained": bool(checkpoint and base.k == k)})
         decoder = reader.decoder.unload()  # strip this k's LoRA layers before the next reader adds its own
     return rows
-
-
-def _decoder_path() -> Path:
-    from docrefrag_core.weights import model_dir
-
-    return model_dir("smollm2")
-
-
-def _config(k: int):
-    from docrefrag_core.config import ReaderConfig
-
-    return ReaderConfig(k=k)
 
 
 def machine() -> str:

@@ -35,7 +35,7 @@ PS = (0.1, 0.15, 0.2, 0.25, 0.3)
 def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 3, target_chars: int = 160,
                    new_tokens: int = 64) -> list[dict]:
     from docrefrag_core.synthetic import dense_text_page
-    from docrefrag_core.train_data import _cut
+    from docrefrag_core.train_data import cut_text
     from indexes.ingest import encode_document
 
     rows = []
@@ -47,7 +47,7 @@ def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 
                 pdf = Path(tmp) / f"dense-{c}-{s}.pdf"
                 truth = dense_text_page(pdf, c, seed=HELD_OUT_SEED + 10 * c + s)
                 tokens = torch.from_numpy(encode_document(pdf, encoder))
-                target = _cut(truth.text, target_chars)
+                target = cut_text(truth.text, target_chars)
                 for mode, selector in modes.items():
                     out = reader.answer("Read the text of the page.", tokens, p=0.2, selector=selector,
                                         max_new_tokens=new_tokens)
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             store, seqs = synthetic_sequences(args.work / "heldout", 6, 6, args.limit, tuple(args.noisy_pages))
 
         def tokens_of(pages):
-            return torch.from_numpy(np.stack([store.page_tokens(d, p).tokens for d, p in pages]).astype(np.float32))
+            return torch.from_numpy(store.stacked_tokens(pages))
 
         with torch.no_grad():
             rows = selectors(reader, seqs, tokens_of)

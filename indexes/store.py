@@ -239,6 +239,10 @@ class Store:
         tokens = np.frombuffer(row[0], dtype=np.float16).reshape(len(counts), -1).astype(np.float32)
         return PageTokens(tokens, counts.copy())
 
+    def stacked_tokens(self, pages: list[tuple[str, int]]) -> np.ndarray:
+        """(n, m, d) float32 tokens of the pages [(doc_id, page)], in order (what the reader reads)."""
+        return np.stack([self.page_tokens(doc_id, page).tokens for doc_id, page in pages])
+
     def chunk(self, doc_id: str, page: int, chunk: int) -> ChunkRecord:
         row = self.db.execute("SELECT text, x0, y0, x1, y1 FROM chunks WHERE doc_id = ? AND page = ? AND chunk = ?",
                               (doc_id, page, chunk)).fetchone()
