@@ -13,9 +13,6 @@ completion, HTTP 5xx/429) are retried by `OpenAIEndpoint` with exponential backo
 one `LLMUnavailableError` that says which URL, what happened, after how many attempts and what to
 do. `invoke_llm` gives the same error for models built elsewhere, so a graph node catches one type.
 Other exceptions (a rejected key, a bad request) pass through untouched.
-
-`structured(model, schema, messages)` gets a pydantic object out of ANY chat model by prompting
-for JSON (LangChain's `with_structured_output` needs tool calling, which a 135M model cannot do).
 """
 
 from __future__ import annotations
@@ -47,7 +44,7 @@ from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 logger = logging.getLogger(__name__)
 
@@ -69,17 +66,6 @@ class LLMUnavailableError(RuntimeError):
         server = f"the server at {url}" if url else f"the {provider} server"
         super().__init__(f"LLM endpoint {url or 'of ' + provider} {what} ({tries}); "
                          f"check that {server} is running, or pass --llm local")
-
-
-class LLMOutputError(RuntimeError):
-    """A chat model's replies never held a JSON object matching the requested schema."""
-
-    def __init__(self, schema: type[BaseModel], attempts: int, error: str, reply: str) -> None:
-        self.schema, self.attempts, self.error, self.reply = schema, attempts, error, reply
-        super().__init__(
-            f"no reply matched {schema.__name__} in {attempts} attempt{'s' if attempts != 1 else ''}: "
-            f"{error}; the last reply began {reply[:200]!r}"
-        )
 
 
 # ---------------------------------------------------------------- the local model
@@ -464,140 +450,3 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
             raise TypeError(f"--llm {spec!r}: {name}() returned a {type(llm).__name__}, not a LangChain chat model")
         return llm
     raise ValueError(f"--llm {spec!r} is not a model spec; use one of {', '.join(SPEC_FORMS)}")
-
-
-# ---------------------------------------------------------------- structured output
-
-
-class _NoJSONObject(ValueError):
-    """The reply holds no parseable JSON object."""
-
-
-def _first_json_object(text: str) -> Any:
-    """The first JSON object in `text` (inside the first code fence when one holds an object).
-
-    Text around the object is ignored; single-quoted strings are read as JSON strings.
-    """
-    fence = re.search(r"```[A-Za-z]*\s*(.*?)```", text, re.S)
-    body = fence.group(1) if fence and "{" in fence.group(1) else text
-    start = body.find("{")
-    if start < 0:
-        raise _NoJSONObject("the reply holds no JSON object (no '{')")
-    out, depth, i = [], 0, start
-    while i < len(body):
-        c = body[i]
-        if c in "\"'":
-            j = i + 1
-            while j < len(body) and body[j] != c:
-                j += 2 if body[j] == "\\" else 1
-            if j >= len(body):
-                break
-            if c == '"':
-                out.append(body[i:j + 1])
-            else:  # 'it\'s "x"' -> "it's \"x\""
-                out.append('"' + re.sub(r'(?<!\\)"', r'\\"', body[i + 1:j].replace("\\'", "'")) + '"')
-            i = j + 1
-            continue
-        depth += {"{": 1, "}": -1}.get(c, 0)
-        out.append(c)
-        i += 1
-        if depth == 0:
-            break
-    if depth != 0:
-        raise _NoJSONObject("the JSON object is never closed (was the reply cut short?)")
-    try:
-        return json.loads("".join(out))
-    except json.JSONDecodeError as e:
-        raise _NoJSONObject(f"the JSON object does not parse ({e.msg} at character {e.pos})") from None
-
-
-def _example(node: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> Any:
-    """A value that fits the JSON schema `node`: its own example or default when it has one."""
-    if "$ref" in node:
-        return _example(defs[node["$ref"].rsplit("/", 1)[-1]], defs, depth)
-    if node.get("examples"):
-        return node["examples"][0]
-    for key in ("default", "const"):
-        if key in node:
-            return node[key]
-    if node.get("enum"):
-        return node["enum"][0]
-    if "anyOf" in node:
-        return _example(next((n for n in node["anyOf"] if n.get("type") != "null"), node["anyOf"][0]), defs, depth)
-    kind = node.get("type")
-    if kind == "object":
-        return {k: _example(v, defs, depth + 1) for k, v in node.get("properties", {}).items()} if depth < 4 else {}
-    if kind == "array":
-        return [_example(node["items"], defs, depth + 1)] if "items" in node and depth < 4 else []
-    return {"string": "...", "number": 0.5, "integer": 1, "boolean": True}.get(kind)
-
-
-def _describe(node: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> str:
-    """The JSON schema `node` in a few words: "number from 0 to 1 (how sure)", "list of string"."""
-    if "$ref" in node:
-        node = defs[node["$ref"].rsplit("/", 1)[-1]]
-    if "anyOf" in node:
-        text = " or ".join(_describe(n, defs, depth) for n in node["anyOf"])
-    elif "enum" in node:
-        text = "one of " + ", ".join(json.dumps(v) for v in node["enum"])
-    elif node.get("type") == "array":
-        text = f"list of {_describe(node.get('items', {}), defs, depth)}"
-    elif node.get("type") == "object" and node.get("properties") and depth < 4:
-        text = f"object with {_fields(node, defs, depth + 1)}"
-    else:
-        text = {"boolean": "true or false"}.get(node.get("type"), node.get("type", "any value"))
-    low, high = node.get("minimum", node.get("exclusiveMinimum")), node.get("maximum", node.get("exclusiveMaximum"))
-    if low is not None:
-        text += f" from {low}"
-    if high is not None:
-        text += f" to {high}"
-    return text + (f" ({node['description']})" if node.get("description") else "")
-
-
-def _fields(node: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> str:
-    required = set(node.get("required", []))
-    return "; ".join(f'"{k}": {_describe(v, defs, depth)}' + ("" if k in required else ", optional")
-                     for k, v in node.get("properties", {}).items())
-
-
-def _problem(e: ValidationError | _NoJSONObject) -> str:
-    if isinstance(e, _NoJSONObject):
-        return str(e)
-    return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'the object'}: {err['msg']}" for err in e.errors())
-
-
-def structured(model: Runnable, schema: type[BaseModel], messages: Sequence[BaseMessage],
-               retries: int = 2) -> BaseModel:
-    """An instance of `schema` from any chat model, by asking for JSON.
-
-    The request (one example, then every field's type, range and description, read from the
-    JSON schema) is appended to the last human message, or sent as a new one. The example comes
-    first and the schema is not sent verbatim: with pydantic's JSON schema in the prompt,
-    SmolLM2-135M gave 0 valid first replies to 5 test prompts (it answered in prose or copied
-    the schema); with this request, 2 of 5.
-
-    The first JSON object of the reply is validated with pydantic; on failure the reply and what
-    was wrong go back to the model, up to `retries` more times, then LLMOutputError. Endpoint
-    failures raise LLMUnavailableError (through `invoke_llm`) at once.
-    """
-    if retries < 0:
-        raise ValueError(f"retries must be >= 0, got {retries}")
-    spec = schema.model_json_schema()
-    defs = spec.get("$defs", {})
-    request = (f"Answer in JSON, in exactly this format: {json.dumps(_example(spec, defs))}\n"
-               f"Fields: {_fields(spec, defs)}.")
-    history = list(messages)
-    if history and isinstance(history[-1], HumanMessage) and isinstance(history[-1].content, str):
-        history[-1] = HumanMessage(f"{history[-1].content}\n\n{request}")
-    else:
-        history.append(HumanMessage(request))
-    for attempt in range(1, retries + 2):
-        reply = str(invoke_llm(model, history).text)
-        try:
-            return schema.model_validate(_first_json_object(reply))
-        except (ValidationError, _NoJSONObject) as e:
-            problem = _problem(e)
-        logger.info("reply %d did not match %s: %s", attempt, schema.__name__, problem)
-        history += [AIMessage(reply), HumanMessage(f"That was not valid: {problem}. "
-                                                   f"Answer with the corrected JSON object only.")]
-    raise LLMOutputError(schema, retries + 1, problem, reply)

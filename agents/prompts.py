@@ -6,8 +6,8 @@ HYDE = (
 )
 
 DECOMPOSE = (
-    "Split the question into the smallest self-contained questions needed to answer it "
-    "(one question if it asks for one fact).\n\nQuestion: {question}"
+    "Split the question into the smallest self-contained questions needed to answer it, "
+    "one question per line. If it asks for one fact, repeat it.\n\nQuestion: {question}\nQuestions:\n"
 )
 
 ANSWER_SYSTEM = (

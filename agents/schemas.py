@@ -20,12 +20,6 @@ class Plan(BaseModel):
     hyde: str = Field(default="", description="a hypothetical passage of the page that answers (dense branch)")
 
 
-class Decomposition(BaseModel):
-    """What the LLM is asked for when planning (the rest of the plan is extracted from the question)."""
-
-    sub_queries: list[str] = Field(default_factory=list)
-
-
 class Citation(BaseModel):
     doc_id: str
     page: int  # 1-based

@@ -2,6 +2,11 @@
 
 One candidate set per question (both branches scored once), fused by every method, so the methods
 are compared on identical inputs. Per-question rows go to a JSONL file that a rerun resumes from.
+
+With a planner, each question is planned once (the LLM calls are the cost) and searched with every
+part of the plan switched on and off: "question" (no planner), "rules" (the rule-extracted keywords
+and anchors), and with the HyDE passage and/or the sub-queries when they were asked for. One run
+thus gives the whole planner ablation on the same plans; rows are named "<plan>/<method>".
 """
 
 from __future__ import annotations
@@ -33,6 +38,20 @@ RERANK_DEPTH = 20
 Reranker = Callable[[str, list[tuple[str, int]]], list[float]]  # (question, pages) -> one score per page
 
 
+def plan_variants(plan: Plan, question: str, hyde: bool, decompose: bool) -> dict[str, Plan]:
+    """The plans a planner run compares: the full `plan` and the plans without its LLM parts."""
+    bare = Plan(sub_queries=[question])
+    rules = plan.model_copy(update={"sub_queries": [question], "hyde": ""})
+    variants = {"question": bare, "rules": rules}
+    if hyde:
+        variants["hyde"] = rules.model_copy(update={"hyde": plan.hyde})
+    if decompose:
+        variants["decomposition"] = plan.model_copy(update={"hyde": ""})
+    if hyde and decompose:
+        variants["hyde+decomposition"] = plan
+    return variants
+
+
 @dataclass
 class RetrievalReport:
     methods: dict[str, dict[str, float]]  # method -> mean metric
@@ -44,13 +63,20 @@ class RetrievalReport:
 
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
                        out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True,
-                       planner: Callable[[str], Plan] | None = None, reranker: Reranker | None = None) -> RetrievalReport:
-    """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (HyDE and/or
-    decomposition), each question is searched as the ask graph's retrieve node does (sub-queries,
-    keywords, HyDE passage) instead of as one query; the plan is kept in the row. With a `reranker`,
-    the consistency-fused top RERANK_DEPTH pages are reordered by it as one more method, "reranked"
-    (the pages below the depth keep their fused order), and its time per page is recorded."""
+                       planner: Callable[[str], Plan] | None = None, hyde: bool = False, decompose: bool = False,
+                       reranker: Reranker | None = None) -> RetrievalReport:
+    """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (which writes
+    the HyDE passage and/or the sub-queries, as `hyde` and `decompose` say), each question is also
+    searched as the ask graph's retrieve node does, once per `plan_variants`; the plan is kept in the
+    row. With a `reranker`, the consistency-fused top RERANK_DEPTH pages (of the full plan) are
+    reordered by it as one more method, "reranked" (the pages below the depth keep their fused order),
+    and its time per page is recorded."""
     fused_methods = list(methods)
+    base = "consistency"
+    if planner is not None:
+        variants = list(plan_variants(Plan(), "", hyde, decompose))
+        methods = [f"{v}/{m}" for v in variants for m in fused_methods]
+        base = f"{variants[-1]}/consistency"
     if reranker is not None:
         methods = [*methods, "reranked"]
     done = load_rows(out)
@@ -76,16 +102,16 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             else:
                 plan = planner(q.question)
                 row["plan"] = plan.model_dump()
-                ranking = {m: [h.page for h in search_plan(plan, q.question, searcher, scope, max(KS), m)[0]]
-                           for m in fused_methods}
+                ranking = {f"{v}/{m}": [h.page for h in search_plan(p, q.question, searcher, scope, max(KS), m)[0]]
+                           for v, p in plan_variants(plan, q.question, hyde, decompose).items() for m in fused_methods}
             row["latency_ms"] = (time.perf_counter() - start) * 1000
             if reranker is not None:
-                top = ranking["consistency"][:RERANK_DEPTH]
+                top = ranking[base][:RERANK_DEPTH]
                 t0 = time.perf_counter()
                 scores = reranker(q.question, [(scope[0], page) for page in top])
                 row["rerank_ms_per_page"] = (time.perf_counter() - t0) * 1000 / max(len(top), 1)
                 order = np.argsort(-np.asarray(scores), kind="stable")
-                ranking["reranked"] = [top[i] for i in order] + ranking["consistency"][RERANK_DEPTH:]
+                ranking["reranked"] = [top[i] for i in order] + ranking[base][RERANK_DEPTH:]
             for method, ranked in ranking.items():
                 row[method] = {"ranked": ranked[: max(KS)], **retrieval_metrics(ranked[: max(KS)], q.evidence_pages)}
             f.write(json.dumps(row) + "\n")

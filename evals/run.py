@@ -61,12 +61,14 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", "-rerank" if reader else ""])
     benchmark_setting = f"{benchmark}{setting}"
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
-                                show_progress=show_progress, planner=planner, reranker=reranker)
+                                show_progress=show_progress, planner=planner, hyde=hyde, decompose=decompose,
+                                reranker=reranker)
     report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(),
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
     (out_dir / f"{benchmark_setting}-retrieval.json").write_text(json.dumps(summary, indent=2))
-    curves = recall_curves(report.methods, out_dir / f"{benchmark_setting}-recall.png", f"{benchmark_setting}: page recall")
+    plotted = report.methods if planner is None else {m: v for m, v in report.methods.items() if m.endswith("consistency")}
+    curves = recall_curves(plotted, out_dir / f"{benchmark_setting}-recall.png", f"{benchmark_setting}: page recall")
     latency = latency_histogram(report.latencies_ms, out_dir / f"{benchmark_setting}-latency.png",
                                 f"{benchmark_setting}: retrieval latency per question")
     (out_dir / f"{benchmark_setting}-retrieval.md").write_text(

@@ -74,3 +74,42 @@ def test_jsonl_log_resumes(tmp_path):
     assert load_rows(log) == {} and log.parent.is_dir()
     log.write_text(json.dumps({"qid": "a", "v": 1}) + "\n" + json.dumps({"qid": "b", "v": 2}) + "\n")
     assert load_rows(log) == {"a": {"qid": "a", "v": 1}, "b": {"qid": "b", "v": 2}}
+
+
+def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder):
+    from agents.schemas import Plan
+    from evals.datasets import Question
+    from evals.retrieval import evaluate_retrieval, plan_variants
+    from indexes.hybrid import HybridSearcher
+
+    (result,) = ingest(store, light_pdf(tmp_path / "survey.pdf", 12))
+    question = "How many otters were counted in the survey?"
+    q = Question("q1", "mmlongbench", "survey.pdf", question, "4", "Int", (7,), ())
+    calls = []
+
+    def planner(text: str) -> Plan:  # stands in for the LLM: one sub-query and a HyDE passage
+        calls.append(text)
+        return Plan(sub_queries=[text, "otters near station s007"], keywords=["otters", "counted"],
+                    hyde="Near station s007 the survey counted four otters.")
+
+    searcher = HybridSearcher(store, embedder)
+    report = evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / "p.jsonl",
+                                show_progress=False, planner=planner, hyde=True, decompose=True)
+    assert calls == [question]  # planned once for every variant
+    variants = ["question", "rules", "hyde", "decomposition", "hyde+decomposition"]
+    assert list(plan_variants(planner(question), question, True, True)) == variants
+    assert set(report.methods) == {f"{v}/{m}" for v in variants for m in ("sparse", "dense", "rrf", "sum", "consistency")}
+    row = json.loads((tmp_path / "p.jsonl").read_text())
+    alone = evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / "q.jsonl",
+                               show_progress=False)
+    plain = json.loads((tmp_path / "q.jsonl").read_text())
+    for m in ("sparse", "dense", "consistency"):  # the "question" variant is the run without a planner
+        assert row[f"question/{m}"]["ranked"] == plain[m]["ranked"]
+    assert alone.methods["consistency"] == report.methods["question/consistency"]
+    # the sub-query names the evidence page's station: decomposition brings page 7 up
+    rank = {v: row[f"{v}/sparse"]["ranked"].index(7) for v in ("rules", "decomposition")}
+    assert rank["decomposition"] < rank["rules"], rank
+    assert row["hyde/dense"]["ranked"] != row["rules/dense"]["ranked"]
+    assert row["plan"]["hyde"].startswith("Near station s007")
+    only_hyde = plan_variants(planner(question), question, True, False)
+    assert list(only_hyde) == ["question", "rules", "hyde"] and only_hyde["hyde"].sub_queries == [question]

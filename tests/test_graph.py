@@ -27,7 +27,7 @@ from langgraph.runtime import Runtime
 
 from agents import prompts
 from agents.llm import LLMUnavailableError
-from agents.planner import extract_intents, plan_question
+from agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
 from conftest import REPO, subprocess_env
 from docrefrag.api import DocRefrag
 from graph.context import AskConfig, AskContext
@@ -403,10 +403,28 @@ def test_extract_intents_defaults_to_text_evidence():
 
 
 def test_plan_question_survives_a_garbage_decomposition():
-    garbage = "Sure! Here are some questions: what, when, why"
-    llm, seen = scripted(garbage, garbage, garbage, HYDE)
+    garbage = '{"sub_queries": [{"name": "sub_query1", "type": "json"'
+    llm, seen = scripted(garbage, HYDE)
     plan, notes = plan_question(QUESTION, llm, decompose=True, hyde=True)
-    # three decomposition attempts (the first request, two corrections), then the HyDE passage
-    assert len(seen) == 4 and prompt_kind(seen[0]) == "decompose" and prompt_kind(seen[-1]) == "hyde"
+    # one decomposition request, then the HyDE passage
+    assert len(seen) == 2 and prompt_kind(seen[0]) == "decompose" and prompt_kind(seen[-1]) == "hyde"
     assert plan.sub_queries == [QUESTION] and plan.hyde == HYDE
-    assert len(notes) == 1 and notes[0].startswith("decomposition failed")
+    assert len(notes) == 1 and notes[0].startswith("decomposition gave no usable sub-question")
+
+
+def test_plan_question_keeps_the_usable_sub_questions():
+    question = "Which operator carried 4,812 passengers at Northfield Central, and when did it open?"
+    reply = ("1. Which operator carried 4,812 passengers?\n2) Question: In which year did Northfield Central open?\n"
+             f"- {question}\n* What is the weather like on Mars?\nPassengers by operator\n"
+             "3. Which operator carried 4,812 passengers?")
+    llm, _ = scripted(reply)
+    plan, notes = plan_question(question, llm, decompose=True, hyde=False)
+    # numbering and "Question:" stripped; the question itself, an off-topic line, a non-question and a repeat dropped
+    assert plan.sub_queries[1:] == ["Which operator carried 4,812 passengers?", "In which year did Northfield Central open?"]
+    assert notes == []
+
+
+def test_sub_questions_are_bounded():
+    reply = "\n".join(f"{i}. How many passengers in year {2000 + i}?" for i in range(1, 9))
+    assert sub_questions(reply, "How many passengers per year?") == [
+        f"How many passengers in year {2000 + i}?" for i in range(1, MAX_SUB_QUESTIONS + 1)]

@@ -1,6 +1,6 @@
-"""The LLM factory: the real local SmolLM2 as a chat model, structured output on real and scripted
-models, and OpenAI-compatible endpoints served by real HTTP servers on 127.0.0.1 (answering,
-hanging, garbling, refusing) reached through langchain-openai's own HTTP client.
+"""The LLM factory: the real local SmolLM2 as a chat model, and OpenAI-compatible endpoints served
+by real HTTP servers on 127.0.0.1 (answering, hanging, garbling, refusing) reached through
+langchain-openai's own HTTP client.
 
 Servers bind to 127.0.0.1 on port 0, count their requests, and a hanging handler waits at most
 10 s (released at teardown). The local model runs single-threaded, as in conftest.
@@ -19,32 +19,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Literal
 
 import openai
 import pytest
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel, ParrotFakeChatModel
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel, Field
 
 from agents.llm import (
-    LLMOutputError,
     LLMUnavailableError,
     LocalChatModel,
     OpenAIEndpoint,
     invoke_llm,
     make_llm,
-    structured,
 )
 
 QUESTION = [SystemMessage("You answer briefly."), HumanMessage("What is the capital of France?")]
-
-
-class Verdict(BaseModel):
-    supported: bool
-    confidence: float = Field(ge=0, le=1)
 
 
 # ---------------------------------------------------------------- the local model
@@ -100,91 +90,6 @@ def test_local_stream_concatenates_to_invoke(local):
 def test_local_rejects_unknown_call_arguments(local):
     with pytest.raises(TypeError, match="max_new_tokens and temperature"):
         local.invoke(QUESTION, top_k=3)
-
-
-def test_structured_on_the_real_local_model(local):
-    ask = [HumanMessage("Claim: Paris is the capital of France. Evidence: 'Paris is France's capital city.' "
-                        "Is the claim supported by the evidence?")]
-    try:
-        verdict = structured(local.bind(max_new_tokens=40), Verdict, ask, retries=1)
-    except LLMOutputError as e:
-        assert "Verdict" in str(e) and e.attempts == 2
-    else:
-        assert isinstance(verdict, Verdict)
-
-
-# ---------------------------------------------------------------- structured output on scripted models
-
-
-class Prompts(BaseCallbackHandler):
-    """Records the messages of every chat model call."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[BaseMessage]] = []
-
-    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
-        self.calls.append(messages[0])
-
-
-def scripted(*replies: str) -> tuple[GenericFakeChatModel, Prompts]:
-    prompts = Prompts()
-    return GenericFakeChatModel(messages=iter(replies), callbacks=[prompts]), prompts
-
-
-@pytest.mark.parametrize("reply", [
-    '{"supported": true, "confidence": 0.8}',
-    'Sure! Here it is:\n```json\n{"supported": true, "confidence": 0.8}\n```\nHope this helps {really}.',
-    "{'supported': true, 'confidence': 0.8} and some trailing words",
-    '{"supported": true, "confidence": 0.8, "note": "it\'s {fine}"} done',
-])
-def test_structured_reads_the_first_json_object(reply):
-    model, prompts = scripted(reply)
-    assert structured(model, Verdict, QUESTION) == Verdict(supported=True, confidence=0.8)
-    request = prompts.calls[0][-1].text
-    assert request.startswith("What is the capital of France?")
-    assert 'exactly this format: {"supported": true, "confidence": 0.5}' in request
-    assert '"confidence": number from 0 to 1' in request
-
-
-class Region(BaseModel):
-    page: int = Field(ge=1, description="1-based page")
-    bbox: list[float] | None = None
-
-
-class Plan(BaseModel):
-    sub_queries: list[str] = Field(description="one question per fact to find")
-    kind: Literal["text", "table", "figure"]
-    regions: list[Region] = []
-
-
-def test_structured_example_fits_the_schema():
-    """ParrotFakeChatModel replies with the request itself, whose first JSON object is the example."""
-    plan = structured(ParrotFakeChatModel(), Plan, [HumanMessage("Plan the search.")], retries=0)
-    assert plan.kind == "text" and plan.sub_queries
-    model, prompts = scripted('{"sub_queries": ["a"], "kind": "table"}')
-    structured(model, Plan, [HumanMessage("Plan the search.")])
-    request = prompts.calls[0][-1].text
-    assert '"sub_queries": list of string (one question per fact to find)' in request
-    assert '"kind": one of "text", "table", "figure"' in request
-    assert '"page": integer from 1 (1-based page)' in request and '"bbox": list of number or null, optional' in request
-
-
-def test_structured_retries_with_the_error_then_succeeds():
-    model, prompts = scripted("I think it is supported.", '{"supported": "maybe", "confidence": 3}',
-                              '{"supported": false, "confidence": 0.25}')
-    assert structured(model, Verdict, QUESTION, retries=2) == Verdict(supported=False, confidence=0.25)
-    assert len(prompts.calls) == 3
-    assert "no JSON object" in prompts.calls[1][-1].text
-    assert "confidence" in prompts.calls[2][-1].text and "supported" in prompts.calls[2][-1].text
-
-
-def test_structured_gives_up_after_the_retries():
-    replies = iter(["garbage one", "{not json", "{'supported': 'perhaps'}", "UNUSED"])
-    model = GenericFakeChatModel(messages=replies)
-    with pytest.raises(LLMOutputError, match=r"Verdict in 3 attempts") as caught:
-        structured(model, Verdict, QUESTION, retries=2)
-    assert "perhaps" in str(caught.value)  # the start of the last reply
-    assert next(replies) == "UNUSED"  # exactly 1 + retries calls
 
 
 # ---------------------------------------------------------------- OpenAI-compatible endpoints
