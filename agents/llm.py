@@ -157,8 +157,9 @@ class LocalChatModel(BaseChatModel):
     returned); `usage_metadata` counts prompt tokens and sampled tokens. Invoke and stream run the
     same token loop (KV cache, logits of the last position only), so a greedy stream concatenates
     to the invoke text. `max_new_tokens` and `temperature` can be overridden per call
-    (`model.invoke(msgs, max_new_tokens=32)` or `.bind(...)`). Torch's thread count is left as
-    the process configured it.
+    (`model.invoke(msgs, max_new_tokens=32)` or `.bind(...)`). A trailing AI message is a prefill:
+    the reply continues it (as the benchmark's answer extractor expects). Torch's thread count is
+    left as the process configured it.
     """
 
     path: Path | None = Field(default=None, description="Hugging Face model directory; None: the cached SmolLM2")
@@ -197,7 +198,9 @@ class LocalChatModel(BaseChatModel):
             raise TypeError(f"LocalChatModel takes max_new_tokens and temperature per call; got {sorted(kwargs)}")
         stops = [s for s in stop or [] if s]
         lm = _load(self.path)
-        prompt = lm.tokenizer.apply_chat_template(_chat_turns(messages), tokenize=False, add_generation_prompt=True)
+        prefill = bool(messages) and isinstance(messages[-1], AIMessage)  # a trailing AI message is continued
+        prompt = lm.tokenizer.apply_chat_template(_chat_turns(messages), tokenize=False, add_generation_prompt=not prefill,
+                                                  continue_final_message=prefill)
         ids = lm.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]  # (1, T)
         n_in = ids.shape[1]
         if n_in + max_new_tokens > lm.max_positions:

@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
     ev.add_argument("--hyde", action="store_true", help="retrieval-only: add the planner's HyDE passage to the dense branch")
     ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
+    ev.add_argument("--extractor", default=None, help="chat model (as --llm) that extracts the short answer from each "
+                                                      "reply with the benchmark's extraction prompt before scoring "
+                                                      "(the official two-step protocol); default: none, the reply is scored")
     _answer_args(ev)
 
     bench = sub.add_parser("bench", help="benchmarks of the system's parts")
@@ -323,9 +326,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config = _ask_config(args)
         with _api(args) as dr:
             reader = dr.reader(args.checkpoint) if config.answerer == "reader" or config.rerank else None
+            extractor = dr.llm(args.extractor) if args.extractor else None
             summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, dr.llm(args.llm),
                                   args.out, limit=args.limit, config=config, show_progress=sys.stderr.isatty(),
-                                  reader=reader)
+                                  reader=reader, extractor=extractor, extractor_name=args.extractor)
         print(json.dumps(summary, indent=2, default=str))
         return EXIT_OK
     with _api(args) as dr:

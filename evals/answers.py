@@ -1,10 +1,12 @@
 """End-to-end evaluation: each question goes through the ask graph on its own document; the answer
 is scored with the benchmark's official rules (evals.scoring).
 
-Answer extraction: the official protocol has a chat model extract a short answer from a free-form
-response (`evals.scoring.EXTRACTION_PROMPT`). Our answer agent is prompted for the short answer
-itself, so with no extraction model configured the short answer is scored directly, and the
-report says so (`extraction: none`).
+Answer extraction, MMLongBench-Doc's two-step protocol: with an `extractor` chat model, the
+benchmark's extraction prompt (`evals.scoring.EXTRACTION_PROMPT`, user turn) and the question with
+the system's free-form answer (a prefilled assistant turn that the model continues) give
+"Extracted answer: ... / Answer format: ...", and the extracted answer is what is scored (an
+unparseable extraction scores 0, as upstream). Our answer agent is prompted for the short answer
+itself, so with no extractor the short answer is scored directly, and the report says so.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import Sequence
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage
 from tqdm import tqdm
 
 from evals.datasets import Question, mmlongbench_format
 from evals.jsonl import load_rows
-from evals.scoring import longdocurl_aggregate, longdocurl_score, mmlongbench_aggregate, mmlongbench_score
+from agents.llm import LocalChatModel, invoke_llm
+from evals.scoring import (extraction_messages, longdocurl_aggregate, longdocurl_score, mmlongbench_aggregate,
+                           mmlongbench_score, parse_extraction)
 from graph.context import AskConfig
 from graph.run import run_ask
 from indexes.hybrid import HybridSearcher
@@ -31,7 +36,21 @@ from indexes.store import Store
 logger = logging.getLogger(__name__)
 
 
-def score(q: Question, pred: str) -> float:
+EXTRACTION_MAX_TOKENS = 256  # upstream's max_tokens for the extractor (gpt-4o, temperature 0)
+
+
+def extract_answer(extractor: BaseChatModel, question: str, response: str) -> tuple[str | None, str | None, str]:
+    """(answer, answer format, the extractor's raw reply) under the official extraction protocol."""
+    (user, prefill) = extraction_messages(question, response)
+    messages = [HumanMessage(user["content"]), AIMessage(prefill["content"])]
+    if isinstance(extractor, LocalChatModel):
+        extractor = extractor.bind(max_new_tokens=EXTRACTION_MAX_TOKENS)
+    reply = str(invoke_llm(extractor, messages).content)
+    answer, answer_format = parse_extraction(reply)
+    return answer, answer_format, reply
+
+
+def score(q: Question, pred: str | None) -> float:
     if q.benchmark == "longdocurl":
         return longdocurl_score(q.answer, pred, q.answer_format)
     return mmlongbench_score(q.answer, pred, mmlongbench_format(q))
@@ -39,8 +58,9 @@ def score(q: Question, pred: str) -> float:
 
 def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel, questions: Sequence[Question],
                      doc_ids: dict[str, str], out: Path, config: AskConfig | None = None,
-                     show_progress: bool = True, reader=None) -> list[dict]:
-    """Per-question rows (resumed from `out`, a JSONL file), one graph run per new question."""
+                     show_progress: bool = True, reader=None, extractor: BaseChatModel | None = None) -> list[dict]:
+    """Per-question rows (resumed from `out`, a JSONL file), one graph run per new question; with an
+    `extractor`, the answer is extracted by the official protocol before scoring."""
     rows = load_rows(out)
     with open(out, "a") as f:
         for q in tqdm(questions, desc="answering", unit="q", disable=not show_progress):
@@ -50,8 +70,12 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                              checkpoints=out.with_suffix(".checkpoints.sqlite"),
                              thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)  # a fresh thread: nothing carried over
             retrieved = next((e["hits"] for e in result.trace if e["node"] == "retrieve"), [])
+            pred, extraction = result.answer, {}
+            if extractor is not None:
+                pred, extracted_format, raw = extract_answer(extractor, q.question, result.answer)
+                extraction = {"response": result.answer, "extracted_format": extracted_format, "extractor_reply": raw}
             row = {"qid": q.qid, "doc": q.doc_name, "question": q.question, "answer": q.answer,
-                   "answer_format": q.answer_format, "pred": result.answer, "score": score(q, result.answer),
+                   "answer_format": q.answer_format, "pred": pred, **extraction, "score": score(q, pred),
                    "evidence_pages": list(q.evidence_pages), "evidence_sources": list(q.evidence_sources),
                    "doc_type": q.doc_type, "task_tag": q.task, "retrieved": [h["page"] for h in retrieved],
                    "cited": [c["page"] for claim in result.claims for c in claim["citations"]],
@@ -64,14 +88,17 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
     return [r for r in rows.values() if r["qid"] in wanted]
 
 
-def summarise(benchmark: str, rows: list[dict]) -> dict:
+def summarise(benchmark: str, rows: list[dict], extractor: str | None = None) -> dict:
+    """The benchmark's aggregate with latency, tokens and rounds; `extractor` names the extraction model."""
     if not rows:
         return {"questions": 0}
     summary = (longdocurl_aggregate(rows) if benchmark == "longdocurl" else mmlongbench_aggregate(rows))
     seconds = np.array([r["seconds"] for r in rows])
     ttft = np.array([r["ttft_s"] for r in rows])
     hit = [bool(set(r["retrieved"][:5]) & set(r["evidence_pages"])) for r in rows if r["evidence_pages"]]
-    return {"questions": len(rows), "extraction": "none (the answer agent's short answer is scored directly)",
+    extraction = (f"official two-step protocol, extractor {extractor}" if extractor
+                  else "none (the answer agent's short answer is scored directly)")
+    return {"questions": len(rows), "extraction": extraction,
             **asdict(summary),
             "evidence_in_top5": float(np.mean(hit)) if hit else None,
             "latency_s": {"p50": float(np.percentile(seconds, 50)), "p95": float(np.percentile(seconds, 95))},

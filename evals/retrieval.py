@@ -27,7 +27,7 @@ from evals.datasets import Question
 from evals.jsonl import load_rows
 from evals.metrics import KS, mean_metrics, retrieval_metrics
 from indexes.fusion import fuse
-from indexes.hybrid import HybridSearcher
+from indexes.hybrid import Candidates, Hit, HybridSearcher
 from indexes.store import Store
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,25 @@ def plan_variants(plan: Plan, question: str, hyde: bool, decompose: bool) -> dic
     if hyde and decompose:
         variants["hyde+decomposition"] = plan
     return variants
+
+
+class _QuestionSearcher:
+    """The searcher for one question's plans: each distinct (BM25 query, dense query) is searched
+    once, however many fusion methods and plan variants reuse it."""
+
+    def __init__(self, searcher: HybridSearcher) -> None:
+        self._searcher = searcher
+        self._candidates: dict[tuple, Candidates] = {}
+
+    def candidates(self, query: str, doc_ids: Sequence[str] | None = None, k: int = 0,
+                   dense_query: str | None = None) -> Candidates:
+        key = (query, tuple(doc_ids or ()), k, dense_query)
+        if key not in self._candidates:
+            self._candidates[key] = self._searcher.candidates(query, doc_ids, k, dense_query)
+        return self._candidates[key]
+
+    def to_hits(self, cands: Candidates, fused: np.ndarray, k: int) -> list[Hit]:
+        return self._searcher.to_hits(cands, fused, k)
 
 
 @dataclass
@@ -102,7 +121,8 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             else:
                 plan = planner(q.question)
                 row["plan"] = plan.model_dump()
-                ranking = {f"{v}/{m}": [h.page for h in search_plan(p, q.question, searcher, scope, max(KS), m)[0]]
+                cached = _QuestionSearcher(searcher)
+                ranking = {f"{v}/{m}": [h.page for h in search_plan(p, q.question, cached, scope, max(KS), m)[0]]
                            for v, p in plan_variants(plan, q.question, hyde, decompose).items() for m in fused_methods}
             row["latency_ms"] = (time.perf_counter() - start) * 1000
             if reranker is not None:

@@ -95,13 +95,14 @@ def run_baselines(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
 
 def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, llm, out_dir: Path,
                 limit: int | None = None, config: AskConfig | None = None, show_progress: bool = True,
-                reader=None) -> dict:
-    """End-to-end run through the ask graph, scored with the official rules (see evals.answers)."""
+                reader=None, extractor=None, extractor_name: str | None = None) -> dict:
+    """End-to-end run through the ask graph, scored with the official rules (see evals.answers);
+    with an `extractor` chat model, answers are extracted by the official protocol first."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
-                            out_dir / f"{benchmark}-answers.jsonl", config, show_progress, reader)
+                            out_dir / f"{benchmark}-answers.jsonl", config, show_progress, reader, extractor)
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "skipped_document_missing": missing,
-               **summarise(benchmark, rows)}
+               **summarise(benchmark, rows, extractor_name if extractor is not None else None)}
     (out_dir / f"{benchmark}-answers.json").write_text(json.dumps(summary, indent=2, default=str))
     if rows:
         latency_histogram([r["seconds"] * 1000 for r in rows], out_dir / f"{benchmark}-answer-latency.png",

@@ -428,3 +428,44 @@ def test_sub_questions_are_bounded():
     reply = "\n".join(f"{i}. How many passengers in year {2000 + i}?" for i in range(1, 9))
     assert sub_questions(reply, "How many passengers per year?") == [
         f"How many passengers in year {2000 + i}?" for i in range(1, MAX_SUB_QUESTIONS + 1)]
+
+
+# ---------------------------------------------------------------- 7. evaluation with answer extraction
+
+
+def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
+    """The official two-step protocol: the extractor continues the prefilled "Question/Analysis" turn
+    after the benchmark's prompt; its "Extracted answer" is scored, an unparseable reply scores 0."""
+    from evals.answers import evaluate_answers, summarise
+    from evals.datasets import Question
+    from evals.scoring import EXTRACTION_PROMPT, mmlongbench_score
+    from indexes.hybrid import HybridSearcher
+
+    store_dir, doc_id = report
+    questions = [Question(f"q{i}", "mmlongbench", "transit-review.pdf", QUESTION, "4812", "Int", (ANSWER_PAGE,), ("Table",))
+                 for i in (1, 2)]
+    reply = "Northfield reported 4,812 passengers in 2019."
+    llm, _ = scripted(HYDE, reply, "Yes", HYDE, reply, "Yes")
+    extractor = GenericFakeChatModel(messages=iter([AIMessage("Extracted answer: 4812\nAnswer format: Integer"),
+                                                    AIMessage("I cannot tell.")]))
+    seen = _Messages()
+    extractor.callbacks = [seen]
+    rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions, {"transit-review.pdf": doc_id},
+                            tmp_path / "answers.jsonl", AskConfig(answerer="chat", decompose=False), show_progress=False,
+                            extractor=extractor)
+    first, second = rows
+    assert (first["response"], first["pred"], first["extracted_format"], first["score"]) == (reply, "4812", "Integer", 1.0)
+    assert (second["pred"], second["score"]) == (None, 0.0)
+    user, prefill = seen.calls[0]
+    assert user.content == EXTRACTION_PROMPT and prefill.type == "ai"
+    assert prefill.content == f"\n\nQuestion:{QUESTION}\nAnalysis:{reply}\n"
+    assert summarise("mmlongbench", rows, "local")["extraction"] == "official two-step protocol, extractor local"
+    assert mmlongbench_score("4812", reply, "Int") == 0.0  # without extraction the same reply scores 0
+
+
+class _Messages(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.calls: list[list] = []
+
+    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
+        self.calls.append(messages[0])

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import openai
 import pytest
 from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from agents.llm import (
@@ -85,6 +85,15 @@ def test_local_stream_concatenates_to_invoke(local):
     for c in chunks[1:]:
         total += c
     assert total.usage_metadata["output_tokens"] > 0
+
+
+def test_local_continues_a_prefilled_reply(local):
+    """A trailing AI message is continued, not answered anew (the extraction protocol prefills one)."""
+    asked = [HumanMessage("What is the capital of France?")]
+    fresh = local.invoke(asked, max_new_tokens=6)
+    continued = local.invoke([*asked, AIMessage("The capital of France is")], max_new_tokens=6)
+    assert fresh.text.startswith("The capital of France is")
+    assert "Paris" in continued.text and not continued.text.startswith("The capital")
 
 
 def test_local_rejects_unknown_call_arguments(local):
