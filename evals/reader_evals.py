@@ -1,7 +1,7 @@
 """Evaluations of the trained Doc-REFRAG reader on held-out data (issue: training).
 
     python -m evals.reader_evals reconstruction [--checkpoint DIR] [--json OUT]
-    python -m evals.reader_evals selectors --synthetic | --mmlongbench DATA --store STORE [--limit N]
+    python -m evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
 
 - reconstruction: dense-text pages (`synthetic.dense_text_page`, held-out seeds) of 500-4,000
   characters; the reader is asked to read the page and its output is compared with the beginning of
@@ -10,7 +10,8 @@
   selector's p = 0.2 expansion (and every chunk expanded, as the upper reference).
 - selectors: noisy sequences (the evidence page first among hard negatives from our own index);
   answer score (`evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
-  alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}.
+  alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}, with
+  the accuracy-by-budget plot (`evals.report.accuracy_by_budget`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from docrefrag_core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
+from evals.report import accuracy_by_budget
 from evals.scoring import anls, mmlongbench_score, similarity
 
 HELD_OUT_SEED = 90_000
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noisy-pages", type=int, nargs=2, default=(3, 6))
     parser.add_argument("--work", type=Path, default=Path("runs/reader-evals"))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None, help="selectors: accuracy by budget p (PNG)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     encoder = default_encoder()
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             rows = selectors(reader, seqs, tokens_of)
         store.close()
+        if args.plot:
+            accuracy_by_budget(rows, args.plot, "MMLongBench-Doc" if args.mmlongbench else "held-out synthetic")
     text = json.dumps(rows, indent=1)
     if args.json:
         args.json.write_text(text)

@@ -113,3 +113,15 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     assert row["plan"]["hyde"].startswith("Near station s007")
     only_hyde = plan_variants(planner(question), question, True, False)
     assert list(only_hyde) == ["question", "rules", "hyde"] and only_hyde["hyde"].sub_queries == [question]
+
+
+def test_accuracy_by_budget_plot(tmp_path):
+    from matplotlib import image
+
+    from evals.report import accuracy_by_budget
+
+    rows = [{"p": p, "selector": name, "accuracy": acc} for name, accs in
+            {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items() for p, acc in zip((0.1, 0.2, 0.3), accs)]
+    out = accuracy_by_budget(rows, tmp_path / "p.png", "test")
+    pixels = image.imread(out)
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 100 and pixels.std() > 0  # a drawn PNG, not an empty file
