@@ -40,10 +40,13 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
 
 
 def _answer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--answerer", choices=["reader", "chat"], default="reader",
+    p.add_argument("--config", type=Path, default=None, help="TOML or JSON file of ask settings (graph.context.AskConfig "
+                                                             "fields: max_rounds, tau, answerer, fusion, hyde, ...); "
+                                                             "the options below override it")
+    p.add_argument("--answerer", choices=["reader", "chat"], default=None,
                    help="reader: the Doc-REFRAG reader over the pages' tokens (default); chat: the chat model over their text")
     p.add_argument("--checkpoint", type=Path, default=None, help="reader checkpoint (default: the one shipped in the package)")
-    p.add_argument("--rerank", action="store_true", help="rerank the fused pages with the reader's page relevance "
+    p.add_argument("--rerank", action="store_true", default=None, help="rerank the fused pages with the reader's page relevance "
                                                          "(eval --retrieval-only: one more row, 'reranked')")
     p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
@@ -275,11 +278,11 @@ def _ask_config(args: argparse.Namespace) -> "AskConfig":
 
     from graph.context import AskConfig
 
-    config = AskConfig(answerer=args.answerer, rerank=args.rerank)
-    if args.max_rounds is not None:
-        config = replace(config, max_rounds=args.max_rounds)
+    config = AskConfig.from_file(args.config) if args.config else AskConfig()
+    overrides = {"answerer": args.answerer, "rerank": args.rerank, "max_rounds": args.max_rounds}
+    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
-        config = replace(config, **{"reader_pages" if args.answerer == "reader" else "pages": args.pages})
+        config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})
     return config
 
 

@@ -27,6 +27,28 @@ def recall_curves(per_method: dict[str, dict[str, float]], out: Path, title: str
     return out
 
 
+def answers_markdown(summary: dict, latency_png: Path | None) -> str:
+    """The end-to-end report: headline numbers, then every breakdown of the official aggregate
+    (groups of {accuracy, count}), then the latency plot."""
+    title = f"# {summary['benchmark']} end to end ({summary.get('questions', 0)} questions, {summary['date']})"
+    head = ["| measure | value |", "|---|---|"]
+    groups: list[str] = []
+    for key, value in summary.items():
+        if key in ("benchmark", "date"):
+            continue
+        if isinstance(value, dict) and value and all(isinstance(v, dict) and "accuracy" in v for v in value.values()):
+            rows = "\n".join(f"| {name} | {g['accuracy']:.3f} | {g['count']} |" for name, g in value.items())
+            groups.append(f"## {key.replace('_', ' ')}\n\n| group | accuracy | questions |\n|---|---|---|\n{rows}")
+        elif isinstance(value, dict) and "accuracy" in value:
+            head.append(f"| {key.replace('_', ' ')} | {value['accuracy']:.3f} ({value['count']} questions) |")
+        elif isinstance(value, dict):
+            head.append(f"| {key.replace('_', ' ')} | " + ", ".join(f"{k} {v:.2f}" for k, v in value.items()) + " |")
+        else:
+            head.append(f"| {key.replace('_', ' ')} | {f'{value:.3f}' if isinstance(value, float) else value} |")
+    plot = [f"![latency]({latency_png.name})"] if latency_png else []
+    return "\n\n".join([title, "\n".join(head), *groups, *plot]) + "\n"
+
+
 def latency_histogram(latencies_ms: Sequence[float], out: Path, title: str) -> Path:
     import matplotlib
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from agents.planner import plan_question
 from evals.answers import evaluate_answers, summarise
 from evals.datasets import Benchmark, document_sources, load_questions, split_available
-from evals.report import latency_histogram, recall_curves
+from evals.report import answers_markdown, latency_histogram, recall_curves
 from evals.retrieval import RetrievalReport, evaluate_retrieval, markdown_table
 from graph.context import AskConfig
 from indexes.hybrid import HybridSearcher
@@ -104,7 +104,9 @@ def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, ll
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "skipped_document_missing": missing,
                **summarise(benchmark, rows, extractor_name if extractor is not None else None)}
     (out_dir / f"{benchmark}-answers.json").write_text(json.dumps(summary, indent=2, default=str))
+    plot = None
     if rows:
-        latency_histogram([r["seconds"] * 1000 for r in rows], out_dir / f"{benchmark}-answer-latency.png",
-                          f"{benchmark}: ask latency per question")
+        plot = latency_histogram([r["seconds"] * 1000 for r in rows], out_dir / f"{benchmark}-answer-latency.png",
+                                 f"{benchmark}: ask latency per question")
+    (out_dir / f"{benchmark}-answers.md").write_text(answers_markdown(json.loads(json.dumps(summary, default=str)), plot))
     return summary

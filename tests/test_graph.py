@@ -10,6 +10,7 @@ rules are covered on the same store.
 from __future__ import annotations
 
 import json
+import re
 import os
 import sqlite3
 import subprocess
@@ -469,3 +470,37 @@ class _Messages(BaseCallbackHandler):
 
     def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
         self.calls.append(messages[0])
+
+
+# ---------------------------------------------------------------- 8. run settings from a file
+
+
+def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
+    from docrefrag.cli import _ask_config, build_parser
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('max_rounds = 3\ntau = 1\nanswerer = "chat"\nhyde = false\nfusion = "rrf"\n')
+    config = AskConfig.from_file(toml)
+    assert (config.max_rounds, config.tau, config.answerer, config.hyde, config.fusion) == (3, 1.0, "chat", False, "rrf")
+    (tmp_path / "run.json").write_text(json.dumps({"pages": 5}))
+    assert AskConfig.from_file(tmp_path / "run.json").pages == 5
+    args = build_parser().parse_args(["ask", "q", "--config", str(toml), "--max-rounds", "1", "--pages", "4"])
+    config = _ask_config(args)  # the file, then the options given on the command line
+    assert (config.max_rounds, config.answerer, config.pages, config.fusion) == (1, "chat", 4, "rrf")
+    assert _ask_config(build_parser().parse_args(["ask", "q"])) == AskConfig()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("max_round = 3\n", "unknown setting(s) max_round; known: max_rounds"),
+    ("max_rounds = 2.5\n", "max_rounds must be of type int, got 2.5"),
+    ("hyde = 1\n", "hyde must be of type bool, got 1"),
+    ("max_rounds = 0\n", "max_rounds must be >= 1"),
+    ("max_rounds = \n", "is not valid TOML"),
+])
+def test_ask_config_file_errors_say_what_is_wrong(tmp_path, text, message):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        AskConfig.from_file(path)
+    with pytest.raises(ValueError, match="does not exist"):
+        AskConfig.from_file(tmp_path / "missing.toml")
