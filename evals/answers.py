@@ -73,7 +73,8 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
             pred, extraction = result.answer, {}
             if extractor is not None:
                 pred, extracted_format, raw = extract_answer(extractor, q.question, result.answer)
-                extraction = {"response": result.answer, "extracted_format": extracted_format, "extractor_reply": raw}
+                extraction = {"response": result.answer, "extracted_format": extracted_format, "extractor_reply": raw,
+                              "score_without_extraction": score(q, result.answer)}
             row = {"qid": q.qid, "doc": q.doc_name, "question": q.question, "answer": q.answer,
                    "answer_format": q.answer_format, "pred": pred, **extraction, "score": score(q, pred),
                    "evidence_pages": list(q.evidence_pages), "evidence_sources": list(q.evidence_sources),
@@ -98,6 +99,8 @@ def summarise(benchmark: str, rows: list[dict], extractor: str | None = None) ->
     hit = [bool(set(r["retrieved"][:5]) & set(r["evidence_pages"])) for r in rows if r["evidence_pages"]]
     extraction = (f"official two-step protocol, extractor {extractor}" if extractor
                   else "none (the answer agent's short answer is scored directly)")
+    if extractor:  # the same replies scored as they are: the extraction step's own effect
+        extraction += f"; accuracy without extraction {np.mean([r['score_without_extraction'] for r in rows]):.3f}"
     return {"questions": len(rows), "extraction": extraction,
             **asdict(summary),
             "evidence_in_top5": float(np.mean(hit)) if hit else None,

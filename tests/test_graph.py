@@ -460,7 +460,9 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     user, prefill = seen.calls[0]
     assert user.content == EXTRACTION_PROMPT and prefill.type == "ai"
     assert prefill.content == f"\n\nQuestion:{QUESTION}\nAnalysis:{reply}\n"
-    assert summarise("mmlongbench", rows, "local")["extraction"] == "official two-step protocol, extractor local"
+    assert first["score_without_extraction"] == 0.0
+    assert summarise("mmlongbench", rows, "local")["extraction"] == ("official two-step protocol, extractor local; "
+                                                                     "accuracy without extraction 0.000")
     assert mmlongbench_score("4812", reply, "Int") == 0.0  # without extraction the same reply scores 0
 
 
