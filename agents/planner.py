@@ -84,7 +84,7 @@ def plan_question(question: str, llm: BaseChatModel | None, decompose: bool = Tr
         queries = sub_questions(reply, question)
         if queries:
             plan.sub_queries = [question, *queries]
-        else:
+        elif question.strip().lower() not in reply.lower():  # a repeat of the question: one fact, nothing to note
             notes.append(f"decomposition gave no usable sub-question, searching with the question itself "
                          f"(the reply began {reply[:120]!r})")
     if llm is not None and hyde:

@@ -46,7 +46,7 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answerer", choices=["reader", "chat"], default=None,
                    help="reader: the Doc-REFRAG reader over the pages' tokens (default); chat: the chat model over their text")
     p.add_argument("--checkpoint", type=Path, default=None, help="reader checkpoint (default: the one shipped in the package)")
-    p.add_argument("--rerank", action="store_true", default=None, help="rerank the fused pages with the reader's page relevance "
+    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the fused pages with the reader's page relevance "
                                                          "(eval --retrieval-only: one more row, 'reranked')")
     p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
@@ -318,6 +318,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from evals.retrieval import markdown_table
     from evals.run import run_answers, run_retrieval
 
+    if args.retrieval_only or args.baselines:
+        ignored = [name for name, value in (("--extractor", args.extractor), ("--config", args.config)) if value]
+        if ignored:
+            raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} only to end-to-end runs; drop "
+                             f"{'--retrieval-only' if args.retrieval_only else '--baselines'} or {' and '.join(ignored)}")
     if args.baselines:
         from evals.run import run_baselines
 

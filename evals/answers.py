@@ -21,11 +21,12 @@ from typing import Sequence
 import numpy as np
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_openai import ChatOpenAI
 from tqdm import tqdm
 
+from agents.llm import LocalChatModel, invoke_llm
 from evals.datasets import Question, mmlongbench_format
 from evals.jsonl import load_rows
-from agents.llm import LocalChatModel, invoke_llm
 from evals.scoring import (extraction_messages, longdocurl_aggregate, longdocurl_score, mmlongbench_aggregate,
                            mmlongbench_score, parse_extraction)
 from graph.context import AskConfig
@@ -45,7 +46,9 @@ def extract_answer(extractor: BaseChatModel, question: str, response: str) -> tu
     messages = [HumanMessage(user["content"]), AIMessage(prefill["content"])]
     if isinstance(extractor, LocalChatModel):
         extractor = extractor.bind(max_new_tokens=EXTRACTION_MAX_TOKENS)
-    reply = str(invoke_llm(extractor, messages).content)
+    elif isinstance(extractor, ChatOpenAI):
+        extractor = extractor.bind(max_tokens=EXTRACTION_MAX_TOKENS, temperature=0)
+    reply = invoke_llm(extractor, messages).text
     answer, answer_format = parse_extraction(reply)
     return answer, answer_format, reply
 
@@ -97,7 +100,7 @@ def summarise(benchmark: str, rows: list[dict], extractor: str | None = None) ->
     seconds = np.array([r["seconds"] for r in rows])
     ttft = np.array([r["ttft_s"] for r in rows])
     hit = [bool(set(r["retrieved"][:5]) & set(r["evidence_pages"])) for r in rows if r["evidence_pages"]]
-    extraction = (f"official two-step protocol, extractor {extractor}" if extractor
+    extraction = (f"two-step protocol with MMLongBench-Doc's extraction prompt, extractor {extractor}" if extractor
                   else "none (the answer agent's short answer is scored directly)")
     if extractor:  # the same replies scored as they are: the extraction step's own effect
         extraction += f"; accuracy without extraction {np.mean([r['score_without_extraction'] for r in rows]):.3f}"

@@ -98,7 +98,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
         base = f"{variants[-1]}/consistency"
     if reranker is not None:
         methods = [*methods, "reranked"]
-    done = load_rows(out)
+    done = {qid: r for qid, r in load_rows(out).items() if all(m in r for m in methods)}  # rows of another setup: redone
     skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
     rows = list(done.values())
     with open(out, "a") as f:
@@ -122,9 +122,14 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 plan = planner(q.question)
                 row["plan"] = plan.model_dump()
                 cached = _QuestionSearcher(searcher)
-                ranking = {f"{v}/{m}": [h.page for h in search_plan(p, q.question, cached, scope, max(KS), m)[0]]
-                           for v, p in plan_variants(plan, q.question, hyde, decompose).items() for m in fused_methods}
-            row["latency_ms"] = (time.perf_counter() - start) * 1000
+                ranking = {}
+                # the full plan first: the time to plan and search it is the latency of the ask graph's retrieve
+                for v, p in reversed(plan_variants(plan, q.question, hyde, decompose).items()):
+                    for m in fused_methods:
+                        ranking[f"{v}/{m}"] = [h.page for h in search_plan(p, q.question, cached, scope, max(KS), m)[0]]
+                    if f"{v}/consistency" == base:
+                        row["latency_ms"] = (time.perf_counter() - start) * 1000
+            row.setdefault("latency_ms", (time.perf_counter() - start) * 1000)
             if reranker is not None:
                 top = ranking[base][:RERANK_DEPTH]
                 t0 = time.perf_counter()

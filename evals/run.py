@@ -67,7 +67,8 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     summary = {"benchmark": benchmark, "date": date.today().isoformat(),
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
     (out_dir / f"{benchmark_setting}-retrieval.json").write_text(json.dumps(summary, indent=2))
-    plotted = report.methods if planner is None else {m: v for m, v in report.methods.items() if m.endswith("consistency")}
+    plotted = report.methods if planner is None else {m: v for m, v in report.methods.items()
+                                                      if m.endswith("consistency") or m == "reranked"}
     curves = recall_curves(plotted, out_dir / f"{benchmark_setting}-recall.png", f"{benchmark_setting}: page recall")
     latency = latency_histogram(report.latencies_ms, out_dir / f"{benchmark_setting}-latency.png",
                                 f"{benchmark_setting}: retrieval latency per question")
@@ -99,14 +100,15 @@ def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, ll
     """End-to-end run through the ask graph, scored with the official rules (see evals.answers);
     with an `extractor` chat model, answers are extracted by the official protocol first."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
+    name = f"{benchmark}{'-extract' if extractor is not None else ''}"  # rows with and without extraction differ
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
-                            out_dir / f"{benchmark}-answers.jsonl", config, show_progress, reader, extractor)
+                            out_dir / f"{name}-answers.jsonl", config, show_progress, reader, extractor)
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "skipped_document_missing": missing,
                **summarise(benchmark, rows, extractor_name if extractor is not None else None)}
-    (out_dir / f"{benchmark}-answers.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out_dir / f"{name}-answers.json").write_text(json.dumps(summary, indent=2, default=str))
     plot = None
     if rows:
-        plot = latency_histogram([r["seconds"] * 1000 for r in rows], out_dir / f"{benchmark}-answer-latency.png",
+        plot = latency_histogram([r["seconds"] * 1000 for r in rows], out_dir / f"{name}-answer-latency.png",
                                  f"{benchmark}: ask latency per question")
-    (out_dir / f"{benchmark}-answers.md").write_text(answers_markdown(json.loads(json.dumps(summary, default=str)), plot))
+    (out_dir / f"{name}-answers.md").write_text(answers_markdown(json.loads(json.dumps(summary, default=str)), plot))
     return summary

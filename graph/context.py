@@ -10,7 +10,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from indexes.fusion import DEFAULT_METHOD, FusionMethod
+from indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod
 from indexes.hybrid import HybridSearcher
 from indexes.store import Store
 
@@ -49,6 +49,8 @@ class AskConfig:
             raise ValueError(f"pages and reader_pages must be >= 1, got {self.pages} and {self.reader_pages}")
         if self.answerer not in ("reader", "chat"):
             raise ValueError(f"answerer must be 'reader' or 'chat', got {self.answerer!r}")
+        if self.fusion not in METHODS:
+            raise ValueError(f"fusion must be one of {', '.join(METHODS)}, got {self.fusion!r}")
 
     @classmethod
     def from_file(cls, path: Path) -> "AskConfig":

@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
 from evals.datasets import document_sources, load_questions, mmlongbench_format, split_available
@@ -123,8 +124,11 @@ def test_accuracy_by_budget_plot(tmp_path):
     rows = [{"p": p, "selector": name, "accuracy": acc} for name, accs in
             {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items() for p, acc in zip((0.1, 0.2, 0.3), accs)]
     out = accuracy_by_budget(rows, tmp_path / "p.png", "test")
-    pixels = image.imread(out)
-    assert pixels.shape[0] > 100 and pixels.shape[1] > 100 and pixels.std() > 0  # a drawn PNG, not an empty file
+    pixels = image.imread(out)[..., :3]
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 100
+    # one line per selector, in matplotlib's first two colours (C0 blue, C1 orange)
+    for rgb in ((0.122, 0.467, 0.706), (1.0, 0.498, 0.055)):
+        assert (np.abs(pixels - rgb).sum(axis=-1) < 0.05).sum() > 200, rgb
 
 
 def test_answers_markdown_report_has_every_breakdown(tmp_path):

@@ -10,8 +10,8 @@ rules are covered on the same store.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -107,10 +107,12 @@ def prompt_kind(prompt: str) -> str:
 
 class _Prompts(BaseCallbackHandler):
     def __init__(self) -> None:
-        self.seen: list[str] = []
+        self.seen: list[str] = []  # the last message of each call
+        self.calls: list[list] = []  # every message of each call
 
     def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
         self.seen.append(str(messages[0][-1].content))
+        self.calls.append(messages[0])
 
 
 def scripted(*replies: str | Exception) -> tuple[GenericFakeChatModel, list[str]]:
@@ -425,6 +427,12 @@ def test_plan_question_keeps_the_usable_sub_questions():
     assert notes == []
 
 
+def test_a_repeated_question_is_one_fact_not_a_failure():
+    llm, _ = scripted(f"1. {QUESTION}")
+    plan, notes = plan_question(QUESTION, llm, decompose=True, hyde=False)
+    assert plan.sub_queries == [QUESTION] and notes == []
+
+
 def test_sub_questions_are_bounded():
     reply = "\n".join(f"{i}. How many passengers in year {2000 + i}?" for i in range(1, 9))
     assert sub_questions(reply, "How many passengers per year?") == [
@@ -439,17 +447,17 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     after the benchmark's prompt; its "Extracted answer" is scored, an unparseable reply scores 0."""
     from evals.answers import evaluate_answers, summarise
     from evals.datasets import Question
-    from evals.scoring import EXTRACTION_PROMPT, mmlongbench_score
+    from evals.scoring import EXTRACTION_PROMPT
     from indexes.hybrid import HybridSearcher
 
-    store_dir, doc_id = report
+    doc_id = report[1]
     questions = [Question(f"q{i}", "mmlongbench", "transit-review.pdf", QUESTION, "4812", "Int", (ANSWER_PAGE,), ("Table",))
                  for i in (1, 2)]
     reply = "Northfield reported 4,812 passengers in 2019."
     llm, _ = scripted(HYDE, reply, "Yes", HYDE, reply, "Yes")
     extractor = GenericFakeChatModel(messages=iter([AIMessage("Extracted answer: 4812\nAnswer format: Integer"),
                                                     AIMessage("I cannot tell.")]))
-    seen = _Messages()
+    seen = _Prompts()
     extractor.callbacks = [seen]
     rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions, {"transit-review.pdf": doc_id},
                             tmp_path / "answers.jsonl", AskConfig(answerer="chat", decompose=False), show_progress=False,
@@ -461,17 +469,8 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     assert user.content == EXTRACTION_PROMPT and prefill.type == "ai"
     assert prefill.content == f"\n\nQuestion:{QUESTION}\nAnalysis:{reply}\n"
     assert first["score_without_extraction"] == 0.0
-    assert summarise("mmlongbench", rows, "local")["extraction"] == ("official two-step protocol, extractor local; "
-                                                                     "accuracy without extraction 0.000")
-    assert mmlongbench_score("4812", reply, "Int") == 0.0  # without extraction the same reply scores 0
-
-
-class _Messages(BaseCallbackHandler):
-    def __init__(self) -> None:
-        self.calls: list[list] = []
-
-    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
-        self.calls.append(messages[0])
+    assert summarise("mmlongbench", rows, "local")["extraction"] == (
+        "two-step protocol with MMLongBench-Doc's extraction prompt, extractor local; accuracy without extraction 0.000")
 
 
 # ---------------------------------------------------------------- 8. run settings from a file
@@ -490,6 +489,9 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     config = _ask_config(args)  # the file, then the options given on the command line
     assert (config.max_rounds, config.answerer, config.pages, config.fusion) == (1, "chat", 4, "rrf")
     assert _ask_config(build_parser().parse_args(["ask", "q"])) == AskConfig()
+    toml.write_text("rerank = true\n")
+    assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml)])).rerank
+    assert not _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--no-rerank"])).rerank
 
 
 @pytest.mark.parametrize("text, message", [
@@ -498,6 +500,7 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     ("hyde = 1\n", "hyde must be of type bool, got 1"),
     ("max_rounds = 0\n", "max_rounds must be >= 1"),
     ("max_rounds = \n", "is not valid TOML"),
+    ('fusion = "bogus"\n', "fusion must be one of"),
 ])
 def test_ask_config_file_errors_say_what_is_wrong(tmp_path, text, message):
     path = tmp_path / "run.toml"
@@ -506,3 +509,13 @@ def test_ask_config_file_errors_say_what_is_wrong(tmp_path, text, message):
         AskConfig.from_file(path)
     with pytest.raises(ValueError, match="does not exist"):
         AskConfig.from_file(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("mode", ["--retrieval-only", "--baselines"])
+def test_eval_refuses_end_to_end_options_it_would_ignore(tmp_path, capsys, mode):
+    from docrefrag.cli import main
+
+    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), mode, "--extractor", "local"])
+    err = capsys.readouterr().err
+    assert rc != 0 and f"--extractor applies only to end-to-end runs; drop {mode} or --extractor" in err
+    assert not (tmp_path / "s").exists()  # refused before anything was opened
