@@ -5,8 +5,10 @@ are compared on identical inputs. Per-question rows go to a JSONL file that a re
 
 With a planner, each question is planned once (the LLM calls are the cost) and searched with every
 part of the plan switched on and off: "question" (no planner), "rules" (the rule-extracted keywords
-and anchors), and with the HyDE passage and/or the sub-queries when they were asked for. One run
-thus gives the whole planner ablation on the same plans; rows are named "<plan>/<method>".
+and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; with HyDE
+also "hyde-on-disagreement", the ask graph's default: the rules plan, with the HyDE passage only when
+the rules plan's search found the branches disagreeing (query disagreement >= HYDE_DISAGREEMENT). One
+run thus gives the whole planner ablation on the same plans; rows are named "<plan>/<method>".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from agents.planner import HYDE_DISAGREEMENT
 from agents.retrieval import search_plan
 from agents.schemas import Plan
 from evals.datasets import Question
@@ -34,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("sparse", "dense", "rrf", "sum", "consistency")
 RERANK_DEPTH = 20
+ON_DISAGREEMENT = "hyde-on-disagreement"
 
 Reranker = Callable[[str, list[tuple[str, int]]], list[float]]  # (question, pages) -> one score per page
 
@@ -44,6 +48,7 @@ def plan_variants(plan: Plan, question: str, hyde: bool, decompose: bool) -> dic
     rules = plan.model_copy(update={"sub_queries": [question], "hyde": ""})
     variants = {"question": bare, "rules": rules}
     if hyde:
+        variants[ON_DISAGREEMENT] = rules  # replaced by the "hyde" plan where the branches disagree
         variants["hyde"] = rules.model_copy(update={"hyde": plan.hyde})
     if decompose:
         variants["decomposition"] = plan.model_copy(update={"hyde": ""})
@@ -123,8 +128,14 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 row["plan"] = plan.model_dump()
                 cached = _QuestionSearcher(searcher)
                 ranking = {}
+                plans = plan_variants(plan, q.question, hyde, decompose)
+                if hyde:  # as the ask graph: HyDE only where the rules plan's branches disagree
+                    runs = search_plan(plans["rules"], q.question, cached, scope, max(KS), "consistency")[1]
+                    row["query_disagreement"] = runs[0].query_disagreement if runs else 0.0
+                    if row["query_disagreement"] >= HYDE_DISAGREEMENT:
+                        plans[ON_DISAGREEMENT] = plans["hyde"]
                 # the full plan first: the time to plan and search it is the latency of the ask graph's retrieve
-                for v, p in reversed(plan_variants(plan, q.question, hyde, decompose).items()):
+                for v, p in reversed(plans.items()):
                     for m in fused_methods:
                         ranking[f"{v}/{m}"] = [h.page for h in search_plan(p, q.question, cached, scope, max(KS), m)[0]]
                     if f"{v}/consistency" == base:

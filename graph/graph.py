@@ -1,4 +1,9 @@
-"""The ask graph: plan -> retrieve -> rerank -> answer -> validate -> done | refine -> retrieve ...
+"""The ask graph: plan -> retrieve [-> hyde -> retrieve] -> rerank -> answer -> validate -> done | refine -> retrieve ...
+
+The graph acts on the branches' disagreement: when the question's search finds the BM25 and dense
+rankings uncorrelated or opposed (query disagreement >= `AskConfig.hyde_disagreement`), the hyde node
+writes a hypothetical answer passage for the dense branch and the question is searched again (once
+per run; `AskConfig.hyde` = "always" writes it in the plan instead, "never" not at all).
 
 Nodes are small functions named by verb; each returns a partial state and appends one trace entry.
 Any node can be replaced by a callable with the same signature (`build_graph(nodes={...})`, or a
@@ -20,7 +25,7 @@ from langgraph.runtime import Runtime
 from agents import prompts
 from agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
 from agents.llm import invoke_llm
-from agents.planner import plan_question
+from agents.planner import plan_question, write_hyde
 from agents.retrieval import search_plan
 from agents.schemas import Claim, Plan
 from agents.validation import validate
@@ -35,7 +40,7 @@ Node = Callable[[AskState, Runtime[AskContext]], dict]
 
 def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     cfg = runtime.context.config
-    p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose, hyde=cfg.hyde)
+    p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose, hyde=cfg.hyde == "always")
     return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": time.time(),
             "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
 
@@ -49,9 +54,26 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap,
                 "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3)}
                for r in runs]
-    return {"hits": [asdict(h) for h in hits],
+    return {"hits": [asdict(h) for h in hits], "query_disagreement": runs[0].query_disagreement if runs else 0.0,
             "trace": [{"node": "retrieve", "round": state.get("round", 1), "queries": queries,
                        "hits": [_hit_summary(h) for h in hits]}]}
+
+
+def hyde(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """Write the HyDE passage for the dense branch (the question's search found the branches disagreeing)."""
+    p = Plan(**state["plan"])
+    p.hyde = write_hyde(state["question"], runtime.context.llm)
+    return {"plan": p.model_dump(), "hyde_written": True,
+            "trace": [{"node": "hyde", "query_disagreement": round(state.get("query_disagreement", 0.0), 3),
+                       "hyde": p.hyde}]}
+
+
+def route_after_retrieve(state: AskState, runtime: Runtime[AskContext]) -> Literal["hyde", "rerank"]:
+    cfg = runtime.context.config
+    if (cfg.hyde == "disagreement" and not state.get("hyde_written")
+            and state.get("query_disagreement", 0.0) >= cfg.hyde_disagreement):
+        return "hyde"
+    return "rerank"
 
 
 def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
@@ -129,7 +151,7 @@ def _hit_summary(h: Hit) -> dict:
             "rerank": None if h.rerank is None else round(h.rerank, 3)}
 
 
-NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "rerank": rerank, "answer": answer,
+NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "hyde": hyde, "rerank": rerank, "answer": answer,
                           "validate": validate_answer, "refine": refine}
 
 
@@ -156,7 +178,8 @@ def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
         builder.add_node(name, fn)
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "retrieve")
-    builder.add_edge("retrieve", "rerank")
+    builder.add_conditional_edges("retrieve", route_after_retrieve, ["hyde", "rerank"])
+    builder.add_edge("hyde", "retrieve")
     builder.add_edge("rerank", "answer")
     builder.add_edge("answer", "validate")
     builder.add_conditional_edges("validate", route_after_validate, ["refine", END])

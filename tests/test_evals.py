@@ -77,7 +77,7 @@ def test_jsonl_log_resumes(tmp_path):
     assert load_rows(log) == {"a": {"qid": "a", "v": 1}, "b": {"qid": "b", "v": 2}}
 
 
-def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder):
+def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder, monkeypatch):
     from agents.schemas import Plan
     from evals.datasets import Question
     from evals.retrieval import evaluate_retrieval, plan_variants
@@ -97,7 +97,7 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     report = evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / "p.jsonl",
                                 show_progress=False, planner=planner, hyde=True, decompose=True)
     assert calls == [question]  # planned once for every variant
-    variants = ["question", "rules", "hyde", "decomposition", "hyde+decomposition"]
+    variants = ["question", "rules", "hyde-on-disagreement", "hyde", "decomposition", "hyde+decomposition"]
     assert list(plan_variants(planner(question), question, True, True)) == variants
     assert set(report.methods) == {f"{v}/{m}" for v in variants for m in ("sparse", "dense", "rrf", "sum", "consistency")}
     row = json.loads((tmp_path / "p.jsonl").read_text())
@@ -113,7 +113,18 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     assert row["hyde/dense"]["ranked"] != row["rules/dense"]["ranked"]
     assert row["plan"]["hyde"].startswith("Near station s007")
     only_hyde = plan_variants(planner(question), question, True, False)
-    assert list(only_hyde) == ["question", "rules", "hyde"] and only_hyde["hyde"].sub_queries == [question]
+    assert list(only_hyde) == ["question", "rules", "hyde-on-disagreement", "hyde"]
+    assert only_hyde["hyde"].sub_queries == [question]
+    # the graph's default: HyDE only where the rules plan's branches disagree (Q >= the threshold)
+    assert 0.0 <= row["query_disagreement"] <= 1.0
+    for threshold, plan in ((0.0, "hyde"), (float("inf"), "rules")):
+        monkeypatch.setattr("evals.retrieval.HYDE_DISAGREEMENT", threshold)
+        evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / f"{plan}.jsonl",
+                           show_progress=False, planner=planner, hyde=True)
+        adaptive = json.loads((tmp_path / f"{plan}.jsonl").read_text())
+        for m in ("sparse", "dense", "consistency"):
+            assert adaptive[f"hyde-on-disagreement/{m}"]["ranked"] == adaptive[f"{plan}/{m}"]["ranked"]
+    assert adaptive["hyde/dense"]["ranked"] != adaptive["hyde-on-disagreement/dense"]["ranked"]
 
 
 def test_accuracy_by_budget_plot(tmp_path):

@@ -197,7 +197,7 @@ def read_state(store_dir: Path, thread_id: str):
 def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
     store_dir, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always"))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert "|Northfield|2019|4,812|" in seen[1]  # the answer agent read the table as a table
@@ -226,7 +226,8 @@ def test_ask_with_the_real_local_model(dr, report):
     print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
           f"{result.seconds:.1f} s, {result.tokens} answer tokens, claims {result.claims}")
     assert result.answer.strip()
-    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    assert nodes_of(result.trace) in (["plan", "retrieve", "rerank", "answer", "validate"],  # the default HyDE mode:
+                                      ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate"])
     for claim in result.claims:
         for c in claim["citations"]:
             assert c["doc_id"] == doc_id and 1 <= c["page"] <= len(FILLER)
@@ -242,7 +243,7 @@ NEW_QUERY = "Northfield passenger count table for the year 2019"
 
 def test_unsupported_answer_is_refined_with_a_new_query(dr):
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, max_rounds=3))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=3))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate",
@@ -261,7 +262,7 @@ def test_unsupported_answer_is_refined_with_a_new_query(dr):
 def test_refinement_stops_at_max_rounds(dr):
     # a third round would call the model a seventh time: the script has six replies
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, max_rounds=2))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=2))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
@@ -270,11 +271,39 @@ def test_refinement_stops_at_max_rounds(dr):
 
 def test_tau_zero_never_refines(dr):
     llm, seen = scripted(HYDE, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, tau=0.0))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", tau=0.0))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
     assert result.rounds == 1 and result.confidence == 0.0
+
+
+def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
+    """The default HyDE mode: the passage is written only when the question's search finds the branches'
+    query disagreement at or above the threshold, then the question is searched again; once per run."""
+    llm, seen = scripted("4,812", "Yes")
+    never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="never", max_rounds=1))
+    assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
+    q = entries(never.trace, "retrieve")[0]["queries"][0]["query_disagreement"]  # rounded to 3 decimals
+    assert 0.0 <= q <= 0.98
+
+    llm, seen = scripted("4,812", "Yes")
+    calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde_disagreement=q + 0.01))
+    assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
+    assert nodes_of(calm.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+
+    llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
+    config = AskConfig(answerer="chat", decompose=False, hyde_disagreement=max(q - 0.01, 0.0))
+    result = dr.ask(QUESTION, llm=llm, config=config)
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
+    assert nodes_of(result.trace) == ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate",
+                                      "refine", "retrieve", "rerank", "answer", "validate"]
+    (hyde,) = entries(result.trace, "hyde")
+    assert hyde["hyde"] == HYDE and hyde["query_disagreement"] == pytest.approx(q, abs=1e-3)
+    before, after, _ = entries(result.trace, "retrieve")
+    assert HYDE not in before["queries"][0]["dense"] and HYDE[:100] in after["queries"][0]["dense"]
+    assert before["queries"][0]["sparse"] == after["queries"][0]["sparse"]  # HyDE is for the dense branch only
+    assert result.answer == "4,812" and result.rounds == 2
 
 
 # ---------------------------------------------------------------- 3. checkpoints
@@ -283,7 +312,8 @@ def test_tau_zero_never_refines(dr):
 def test_finished_run_is_checkpointed_as_plain_data(dr, report):
     store_dir, _ = report
     llm, _ = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False), thread_id="checkpointed-run")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always"),
+                    thread_id="checkpointed-run")
     assert result.thread_id == "checkpointed-run"
 
     snapshot = read_state(store_dir, "checkpointed-run")
@@ -302,7 +332,7 @@ def test_finished_run_is_checkpointed_as_plain_data(dr, report):
 def test_rerank_node_replaced_by_dotted_path(dr, report):
     _, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, max_rounds=1),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=1),
                     nodes={"rerank": f"{__name__}:reverse_rerank"})
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
@@ -361,7 +391,7 @@ def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
     store_dir, _ = report
     llm, seen = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
     with pytest.raises(LLMUnavailableError, match="127.0.0.1:9"):
-        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False), thread_id="failed-run")
+        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always"), thread_id="failed-run")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer"]
 
     snapshot = read_state(store_dir, "failed-run")
@@ -460,7 +490,7 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     seen = _Prompts()
     extractor.callbacks = [seen]
     rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions, {"transit-review.pdf": doc_id},
-                            tmp_path / "answers.jsonl", AskConfig(answerer="chat", decompose=False), show_progress=False,
+                            tmp_path / "answers.jsonl", AskConfig(answerer="chat", decompose=False, hyde="always"), show_progress=False,
                             extractor=extractor)
     first, second = rows
     assert (first["response"], first["pred"], first["extracted_format"], first["score"]) == (reply, "4812", "Integer", 1.0)
@@ -480,9 +510,9 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     from docrefrag.cli import _ask_config, build_parser
 
     toml = tmp_path / "run.toml"
-    toml.write_text('max_rounds = 3\ntau = 1\nanswerer = "chat"\nhyde = false\nfusion = "rrf"\n')
+    toml.write_text('max_rounds = 3\ntau = 1\nanswerer = "chat"\nhyde = "never"\nfusion = "rrf"\n')
     config = AskConfig.from_file(toml)
-    assert (config.max_rounds, config.tau, config.answerer, config.hyde, config.fusion) == (3, 1.0, "chat", False, "rrf")
+    assert (config.max_rounds, config.tau, config.answerer, config.hyde, config.fusion) == (3, 1.0, "chat", "never", "rrf")
     (tmp_path / "run.json").write_text(json.dumps({"pages": 5}))
     assert AskConfig.from_file(tmp_path / "run.json").pages == 5
     args = build_parser().parse_args(["ask", "q", "--config", str(toml), "--max-rounds", "1", "--pages", "4"])
@@ -497,7 +527,9 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("max_round = 3\n", "unknown setting(s) max_round; known: max_rounds"),
     ("max_rounds = 2.5\n", "max_rounds must be of type int, got 2.5"),
-    ("hyde = 1\n", "hyde must be of type bool, got 1"),
+    ("hyde = false\n", "hyde must be of type str, got False"),
+    ('hyde = "sometimes"\n', "hyde must be one of disagreement, always, never"),
+    ("hyde_disagreement = 2\n", "hyde_disagreement is a query disagreement in [0, 1]"),
     ("max_rounds = 0\n", "max_rounds must be >= 1"),
     ("max_rounds = \n", "is not valid TOML"),
     ('fusion = "bogus"\n', "fusion must be one of"),
