@@ -291,7 +291,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
     def show(node: str, update: dict) -> None:
         for entry in update.get("trace", []):
-            detail = {k: v for k, v in entry.items() if k in ("answer", "confidence", "query", "note", "round")}
+            detail = {k: v for k, v in entry.items()
+                      if k in ("answer", "confidence", "query", "note", "round", "query_disagreement", "hyde")}
             if entry.get("hits"):
                 detail["pages"] = [h["page"] for h in entry["hits"][:5]]
             print(f"[{node}] {json.dumps(detail, default=str)[:160]}", file=sys.stderr, flush=True)
