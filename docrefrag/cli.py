@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
     _answer_args(ask)
+    ask.add_argument("--hyde", dest="hyde_mode", choices=["disagreement", "always", "never"], default=None,
+                     help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
+                          "branches' rankings of the question disagree)")
     ask.add_argument("--json", action="store_true")
     ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
     ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
@@ -279,7 +282,8 @@ def _ask_config(args: argparse.Namespace) -> "AskConfig":
     from graph.context import AskConfig
 
     config = AskConfig.from_file(args.config) if args.config else AskConfig()
-    overrides = {"answerer": args.answerer, "rerank": args.rerank, "max_rounds": args.max_rounds}
+    overrides = {"answerer": args.answerer, "rerank": args.rerank, "max_rounds": args.max_rounds,
+                 "hyde": getattr(args, "hyde_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
         config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})
@@ -324,6 +328,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if ignored:
             raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} only to end-to-end runs; drop "
                              f"{'--retrieval-only' if args.retrieval_only else '--baselines'} or {' and '.join(ignored)}")
+    planner = [name for name, value in (("--hyde", args.hyde), ("--decompose", args.decompose)) if value]
+    if planner and not args.retrieval_only:
+        raise ValueError(f"{' and '.join(planner)} {'apply' if len(planner) > 1 else 'applies'} only to --retrieval-only "
+                         "runs (the planner ablation); for an end-to-end run set hyde or decompose in a --config file")
     if args.baselines:
         from evals.run import run_baselines
 

@@ -59,6 +59,18 @@ def score(q: Question, pred: str | None) -> float:
     return mmlongbench_score(q.answer, pred, mmlongbench_format(q))
 
 
+def first_round_hits(trace: list[dict]) -> list[dict]:
+    """The pages the first answer was chosen from: the last search before the first rerank (after
+    the hyde node, the second search of round 1)."""
+    hits: list[dict] = []
+    for entry in trace:
+        if entry["node"] == "rerank":
+            break
+        if entry["node"] == "retrieve":
+            hits = entry["hits"]
+    return hits
+
+
 def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel, questions: Sequence[Question],
                      doc_ids: dict[str, str], out: Path, config: AskConfig | None = None,
                      show_progress: bool = True, reader=None, extractor: BaseChatModel | None = None) -> list[dict]:
@@ -72,7 +84,7 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
             result = run_ask(store, searcher, llm, q.question, [doc_ids[q.doc_name]], config,
                              checkpoints=out.with_suffix(".checkpoints.sqlite"),
                              thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)  # a fresh thread: nothing carried over
-            retrieved = next((e["hits"] for e in result.trace if e["node"] == "retrieve"), [])
+            retrieved = first_round_hits(result.trace)
             pred, extraction = result.answer, {}
             if extractor is not None:
                 pred, extracted_format, raw = extract_answer(extractor, q.question, result.answer)

@@ -7,7 +7,8 @@ With a planner, each question is planned once (the LLM calls are the cost) and s
 part of the plan switched on and off: "question" (no planner), "rules" (the rule-extracted keywords
 and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; with HyDE
 also "hyde-on-disagreement", the ask graph's default: the rules plan, with the HyDE passage only when
-the rules plan's search found the branches disagreeing (query disagreement >= HYDE_DISAGREEMENT). One
+the rules plan's search found the branches disagreeing (query disagreement >= HYDE_DISAGREEMENT, the
+default threshold; the graph's decision for a question asked of its one document). One
 run thus gives the whole planner ablation on the same plans; rows are named "<plan>/<method>".
 """
 

@@ -85,7 +85,8 @@ class AskConfig:
         for name, value in values.items():
             expected = type(known[name].default)
             if not _fits(value, expected):
-                raise ValueError(f"config file {path}: {name} must be of type {expected.__name__}, got {value!r}")
+                raise ValueError(f"config file {path}: {name} must be of type {expected.__name__}, got {value!r} "
+                                 f"({known[name].metadata['help']})")
         return cls(**values)
 
 

@@ -1,9 +1,11 @@
 """The ask graph: plan -> retrieve [-> hyde -> retrieve] -> rerank -> answer -> validate -> done | refine -> retrieve ...
 
-The graph acts on the branches' disagreement: when the question's search finds the BM25 and dense
-rankings uncorrelated or opposed (query disagreement >= `AskConfig.hyde_disagreement`), the hyde node
-writes a hypothetical answer passage for the dense branch and the question is searched again (once
-per run; `AskConfig.hyde` = "always" writes it in the plan instead, "never" not at all).
+The graph acts on the branches' disagreement: when the first round's search of the question finds the
+BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.hyde_disagreement`),
+the hyde node writes a hypothetical answer passage for the dense branch and the question is searched
+again (at most once per run; `AskConfig.hyde` = "always" writes it in the plan instead, "never" not at
+all). A replacement hyde node must put a passage in the plan or set `hyde_written`, or the graph
+would route to it again.
 
 Nodes are small functions named by verb; each returns a partial state and appends one trace entry.
 Any node can be replaced by a callable with the same signature (`build_graph(nodes={...})`, or a
@@ -42,6 +44,7 @@ def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     cfg = runtime.context.config
     p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose, hyde=cfg.hyde == "always")
     return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": time.time(),
+            "query_disagreement": 0.0, "hyde_written": False,  # a reused thread starts afresh
             "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
 
 
@@ -70,8 +73,8 @@ def hyde(state: AskState, runtime: Runtime[AskContext]) -> dict:
 
 def route_after_retrieve(state: AskState, runtime: Runtime[AskContext]) -> Literal["hyde", "rerank"]:
     cfg = runtime.context.config
-    if (cfg.hyde == "disagreement" and not state.get("hyde_written")
-            and state.get("query_disagreement", 0.0) >= cfg.hyde_disagreement):
+    if (cfg.hyde == "disagreement" and state.get("round", 1) == 1 and not state.get("hyde_written")
+            and not state["plan"].get("hyde") and state.get("query_disagreement", 0.0) >= cfg.hyde_disagreement):
         return "hyde"
     return "rerank"
 

@@ -16,7 +16,7 @@ class AskState(TypedDict, total=False):
     answer: str
     claims: list[dict]  # agents.schemas.Claim as dicts
     verdict: dict  # agents.schemas.Verdict as a dict
-    query_disagreement: float  # of the last search of the question's first query: (1 - Spearman rho) / 2 of the branches
+    query_disagreement: float  # of the last search's first sub-query (round 1: the question): (1 - Spearman rho) / 2
     hyde_written: bool  # the hyde node has run (it runs at most once)
     round: int  # 1-based retrieval round
     tokens: int  # LLM output tokens spent so far

@@ -116,8 +116,12 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     assert list(only_hyde) == ["question", "rules", "hyde-on-disagreement", "hyde"]
     assert only_hyde["hyde"].sub_queries == [question]
     # the graph's default: HyDE only where the rules plan's branches disagree (Q >= the threshold)
-    assert 0.0 <= row["query_disagreement"] <= 1.0
-    for threshold, plan in ((0.0, "hyde"), (float("inf"), "rules")):
+    from agents.retrieval import search_plan
+
+    rules = plan_variants(planner(question), question, True, False)["rules"]
+    q_rules = search_plan(rules, question, searcher, [result.doc_id], 10, "consistency")[1][0].query_disagreement
+    assert row["query_disagreement"] == q_rules
+    for threshold, plan in ((q_rules, "hyde"), (float(np.nextafter(q_rules, 2.0)), "rules")):
         monkeypatch.setattr("evals.retrieval.HYDE_DISAGREEMENT", threshold)
         evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / f"{plan}.jsonl",
                            show_progress=False, planner=planner, hyde=True)

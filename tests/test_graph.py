@@ -31,6 +31,7 @@ from agents.llm import LLMUnavailableError
 from agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
 from conftest import REPO, subprocess_env
 from docrefrag.api import DocRefrag
+from evals.answers import first_round_hits
 from graph.context import AskConfig, AskContext
 from graph.graph import build_graph
 from graph.state import AskState
@@ -130,7 +131,7 @@ def scripted(*replies: str | Exception) -> tuple[GenericFakeChatModel, list[str]
 
 
 def unavailable_llm() -> GenericFakeChatModel:
-    """An `--llm module:factory` model: writes the HyDE passage, then its endpoint is gone."""
+    """An `--llm module:factory` model: replies once (the answer, or a HyDE passage), then its endpoint is gone."""
     return scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))[0]
 
 
@@ -292,9 +293,20 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     assert nodes_of(calm.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
 
+    config = AskConfig(answerer="chat", decompose=False, hyde_disagreement=max(q - 0.01, 0.0), max_rounds=1)
+    llm, seen = scripted(HYDE, "4,812", "Yes")
+    once = dr.ask(QUESTION, llm=llm, config=config, thread_id="hyde-thread")
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+    assert nodes_of(once.trace) == ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate"]
+    # the evaluation reports the pages of round 1's last search, the one the answer was chosen from
+    assert [h["page"] for h in first_round_hits(once.trace)] == retrieved_pages(entries(once.trace, "retrieve")[1])
+    llm, seen = scripted(HYDE, "4,812", "Yes")  # the same thread again: a new run decides afresh
+    dr.ask(QUESTION, llm=llm, config=config, thread_id="hyde-thread")
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+
+    # threshold 0: every search qualifies, yet the passage is written once, in round 1 only
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    config = AskConfig(answerer="chat", decompose=False, hyde_disagreement=max(q - 0.01, 0.0))
-    result = dr.ask(QUESTION, llm=llm, config=config)
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde_disagreement=0.0))
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate",
                                       "refine", "retrieve", "rerank", "answer", "validate"]
@@ -304,6 +316,23 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     assert HYDE not in before["queries"][0]["dense"] and HYDE[:100] in after["queries"][0]["dense"]
     assert before["queries"][0]["sparse"] == after["queries"][0]["sparse"]  # HyDE is for the dense branch only
     assert result.answer == "4,812" and result.rounds == 2
+
+
+def test_hyde_route_only_in_round_one_and_once():
+    from types import SimpleNamespace
+
+    from graph.graph import route_after_retrieve
+
+    def route(hyde="disagreement", **state):
+        runtime = SimpleNamespace(context=SimpleNamespace(config=AskConfig(hyde=hyde, hyde_disagreement=0.5)))
+        return route_after_retrieve({"round": 1, "query_disagreement": 0.5, "plan": {"hyde": ""}, **state}, runtime)
+
+    assert route() == "hyde"
+    assert route(query_disagreement=0.49) == "rerank"
+    assert route(round=2, query_disagreement=0.9) == "rerank"  # a refined query's disagreement brings no HyDE
+    assert route(hyde_written=True) == "rerank"
+    assert route(plan={"hyde": HYDE}) == "rerank"
+    assert route(hyde="always") == route(hyde="never") == "rerank"
 
 
 # ---------------------------------------------------------------- 3. checkpoints
@@ -519,6 +548,7 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     config = _ask_config(args)  # the file, then the options given on the command line
     assert (config.max_rounds, config.answerer, config.pages, config.fusion) == (1, "chat", 4, "rrf")
     assert _ask_config(build_parser().parse_args(["ask", "q"])) == AskConfig()
+    assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--hyde", "always"])).hyde == "always"
     toml.write_text("rerank = true\n")
     assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml)])).rerank
     assert not _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--no-rerank"])).rerank
@@ -527,7 +557,7 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ("max_round = 3\n", "unknown setting(s) max_round; known: max_rounds"),
     ("max_rounds = 2.5\n", "max_rounds must be of type int, got 2.5"),
-    ("hyde = false\n", "hyde must be of type str, got False"),
+    ("hyde = false\n", "hyde must be of type str, got False (when to write"),
     ('hyde = "sometimes"\n', "hyde must be one of disagreement, always, never"),
     ("hyde_disagreement = 2\n", "hyde_disagreement is a query disagreement in [0, 1]"),
     ("max_rounds = 0\n", "max_rounds must be >= 1"),
@@ -541,6 +571,15 @@ def test_ask_config_file_errors_say_what_is_wrong(tmp_path, text, message):
         AskConfig.from_file(path)
     with pytest.raises(ValueError, match="does not exist"):
         AskConfig.from_file(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("mode", [[], ["--baselines"]])
+def test_eval_refuses_planner_options_outside_retrieval_only_runs(tmp_path, capsys, mode):
+    from docrefrag.cli import main
+
+    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), *mode, "--hyde"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--hyde applies only to --retrieval-only runs" in err and "--config" in err
 
 
 @pytest.mark.parametrize("mode", ["--retrieval-only", "--baselines"])
