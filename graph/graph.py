@@ -42,8 +42,9 @@ Node = Callable[[AskState, Runtime[AskContext]], dict]
 
 def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     cfg = runtime.context.config
+    started = time.time()  # the run's clock (time to first answer, time budget) includes the planning
     p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose, hyde=cfg.hyde == "always")
-    return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": time.time(),
+    return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,
             "query_disagreement": 0.0, "hyde_written": False,  # a reused thread starts afresh
             "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
 

@@ -15,6 +15,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -333,6 +334,21 @@ def test_hyde_route_only_in_round_one_and_once():
     assert route(hyde_written=True) == "rerank"
     assert route(plan={"hyde": HYDE}) == "rerank"
     assert route(hyde="always") == route(hyde="never") == "rerank"
+
+
+class _SlowChat(GenericFakeChatModel):
+    """Scripted replies, each after 0.3 s."""
+
+    def _generate(self, *args, **kwargs):
+        time.sleep(0.3)
+        return super()._generate(*args, **kwargs)
+
+
+def test_time_to_first_answer_counts_the_planning(dr):
+    llm = _SlowChat(messages=iter([AIMessage(HYDE), AIMessage("4,812"), AIMessage("Yes")]))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=1))
+    assert result.answer == "4,812"
+    assert 0.6 <= result.ttft_s <= result.seconds  # the HyDE passage and the answer, not the answer alone
 
 
 # ---------------------------------------------------------------- 3. checkpoints
