@@ -138,7 +138,7 @@ class Diagnostics:
     reliability_sparse: float  # R_s: noise units by which BM25's best page stands out (0: no signal)
     reliability_dense: float  # R_d: the same for the dense branch
     disagreement: np.ndarray  # (n,) D(i) in [0, 1]: 0 where the branches agree on the page
-    query_disagreement: float  # Q = (1 - Spearman rho) / 2 over all candidates; 0.5: unrelated, 1: opposite
+    query_disagreement: float  # Q = (1 - Spearman rho) / 2 over all candidates; 0.5: unrelated or one branch flat, 1: opposite
     top_overlap: float  # share of the two top-5 lists in common (0: disjoint)
 
 
@@ -242,10 +242,13 @@ def _top_overlap(s: np.ndarray, d: np.ndarray) -> float:
 
 
 def _query_disagreement(s: np.ndarray, d: np.ndarray) -> float:
-    """(1 - Spearman rho) / 2 of the two branches' ranks over all candidates (-inf: tied last)."""
-    r_s, r_d = _ranks_absent_tied(s), _ranks_absent_tied(d)  # (n,), (n,)
-    if len(s) < 2 or r_s.std() == 0.0 or r_d.std() == 0.0:
+    """(1 - Spearman rho) / 2 of the two branches' ranks over all candidates (-inf: tied last); 0.5
+    (no evidence that they agree) when one branch ranks nothing, e.g. no query term in any page."""
+    if len(s) < 2:
         return 0.0
+    if np.unique(s).size == 1 or np.unique(d).size == 1:
+        return 0.5
+    r_s, r_d = _ranks_absent_tied(s), _ranks_absent_tied(d)  # (n,), (n,)
     return (1.0 - float(np.corrcoef(r_s, r_d)[0, 1])) / 2.0
 
 

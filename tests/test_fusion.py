@@ -57,6 +57,8 @@ def test_branch_with_no_candidates_gets_no_weight() -> None:
     dense = np.array([0.2, 0.9, 0.4, 0.3])
     fused, diag = fuse_with_diagnostics(np.full(4, NAN), dense)
     assert diag.weight_sparse == 0.0 and diag.reliability_sparse == 0.0
+    assert diag.query_disagreement == 0.5  # nothing to agree with: the graph adds HyDE for the dense branch
+    assert fuse_with_diagnostics(np.zeros(4), dense)[1].query_disagreement == 0.5  # no query term on any page
     assert order(fused) == order(dense)
 
 
