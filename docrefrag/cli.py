@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(BM25, dense, RRF, consistency top-5; top-5 full; "
                                                              "top-20 reranked to 5; top-20 selective), one table")
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
-    ev.add_argument("--hyde", action="store_true", help="retrieval-only: add the planner's HyDE passage to the dense branch")
+    ev.add_argument("--hyde", action="store_true", help="retrieval-only: rows with the planner's HyDE passage for the dense branch, "
+                                                         "always and as the graph does (on disagreement)")
     ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
     ev.add_argument("--extractor", default=None, help="chat model (as --llm) that extracts the short answer from each "
                                                       "reply with the benchmark's extraction prompt before scoring "

@@ -135,7 +135,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                     row["query_disagreement"] = runs[0].query_disagreement if runs else 0.0
                     if row["query_disagreement"] >= HYDE_DISAGREEMENT:
                         plans[ON_DISAGREEMENT] = plans["hyde"]
-                # the full plan first: the time to plan and search it is the latency of the ask graph's retrieve
+                # the full plan first: planning plus its search is the ask graph's retrieve latency with every planner part on
                 for v, p in reversed(plans.items()):
                     for m in fused_methods:
                         ranking[f"{v}/{m}"] = [h.page for h in search_plan(p, q.question, cached, scope, max(KS), m)[0]]
