@@ -30,8 +30,8 @@ logger = logging.getLogger(__name__)
 # rankings uncorrelated or opposed (query disagreement Q = (1 - Spearman rho) / 2 >= 0.5), then
 # searches again. Measured on the 369 MMLongBench-Doc dev questions (evals/RESULTS.md): with the
 # 135M model the passage lowers consistency Recall@5 where the branches agree (Q < 0.2: -0.017,
-# standard error 0.011) and raises it where they do not (Q >= 0.5: +0.057, SE 0.033); written only
-# there (12% of the questions) it gives 0.728 against 0.721 without HyDE and 0.718 with it always,
+# standard error 0.011) and raises it where they do not (Q >= 0.5: +0.045, SE 0.031); written only
+# there (13% of the questions) it gives 0.727 against 0.721 without HyDE and 0.718 with it always,
 # and saves the generation (about 2 s) for the other questions. On LongDocURL (69 questions, held
 # out) it gives 0.763 against 0.756 without HyDE but 0.774 with it always (differences within one
 # standard error): there the passage did not hurt where the branches agree.
