@@ -33,8 +33,8 @@ support of page i from one branch only, weighted by the weight of the branch tha
 (0 where the branches agree). lambda = 0 by measurement: the penalty never helped (table below);
 D is exposed in Diagnostics with Q, R_s, R_d, a and the top-5 overlap, for the graph to act on
 (it adds a HyDE passage when Q >= 0.5: `agents.planner.HYDE_DISAGREEMENT`). On MMLongBench-Doc,
-consistency Recall@5 by Q: 0.855 (Q < 0.2, 142 questions), 0.701 (0.2-0.35, 122), 0.627 (0.35-0.5, 78), 0.445 (Q >= 0.5, 27); by top-5 overlap:
-0.374 (0/5, 33 questions) to 1.0 (5/5, 10); Q flags the 69 questions with no evidence page in the
+consistency Recall@5 by Q: 0.855 (Q < 0.2, 142 questions), 0.701 (0.2-0.35, 122), 0.627
+(0.35-0.5, 78), 0.445 (Q >= 0.5, 27); by top-5 overlap: 0.374 (0/5, 33 questions) to 1.0 (5/5, 10); Q flags the 69 questions with no evidence page in the
 top 5 with AUC 0.69.
 
 Measurements (2026-11-30, 2 CPU cores, `python /tmp/fusion_measure.py mmlb.jsonl table grid stress
