@@ -254,10 +254,7 @@ def sample_report(path: Path, pages: int = 12, seed: int = 0, title: str = "Annu
             facts.append(Fact(number, "chart", f"What value does Figure {number} show for the {labels[0]} region?",
                               str(values[0]), "Int", (float(x0), float(y0), float(x0 + 430), float(y0 + height))))
         page.insert_textbox(pymupdf.Rect(50, 470, 545, 800), _FILLER * 2, fontsize=10)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc.save(path)
-    doc.close()
+    _save(doc, path)
     return facts
 
 
@@ -603,10 +600,7 @@ def training_document(path: Path, pages: int = 12, seed: int = 0) -> SyntheticDo
         questions += facts
     for _ in range(max(1, pages // 4)):
         questions.insert(writer.rng.randint(0, len(questions)), writer.unanswerable())
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc.save(path)
-    doc.close()
+    _save(doc, path)
     return SyntheticDoc(path, writer.title, truths, questions)
 
 
@@ -626,8 +620,14 @@ def dense_text_page(path: Path, chars: int, seed: int = 0, fontsize: float = 11.
     ink = _Ink(doc.new_page(width=A4[0], height=A4[1]))
     if not ink.flow(pymupdf.Rect(_LEFT, 50, _RIGHT, _BOTTOM), text, fontsize):
         raise ValueError(f"{chars} characters do not fit on one page at {fontsize} pt; pass a smaller fontsize")
+    _save(doc, path)
+    return PageTruth(1, "passage", [ink.region("paragraph")])
+
+
+def _save(doc: pymupdf.Document, path: Path) -> None:
+    """Write and close `doc`; the same seed gives the same bytes (no random file /ID), so a training
+    corpus written again is recognised by the store as unchanged and not ingested again."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc.save(path)
+    doc.save(path, no_new_id=True)
     doc.close()
-    return PageTruth(1, "passage", [ink.region("paragraph")])

@@ -38,6 +38,7 @@ def test_same_seed_same_document_other_seed_another(doc, tmp_path):
     again = training_document(tmp_path / "again.pdf", pages=PAGES, seed=7)
     assert (again.title, again.pages, again.questions) == (doc.title, doc.pages, doc.questions)
     assert _content(again.path) == _content(doc.path)
+    assert again.path.read_bytes() == doc.path.read_bytes()  # byte for byte: a rewritten corpus is not ingested again
     other = training_document(tmp_path / "other.pdf", pages=PAGES, seed=8)
     assert [p.text for p in other.pages] != [p.text for p in doc.pages]
     assert other.questions != doc.questions
