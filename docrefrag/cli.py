@@ -22,7 +22,8 @@ def _store_args(p: argparse.ArgumentParser) -> None:
                         "API key from $QDRANT_API_KEY")
 
 
-TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "init", "decoder", "device")
+TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init", "decoder",
+                    "device")
 
 
 def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:

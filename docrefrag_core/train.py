@@ -65,6 +65,8 @@ class TrainConfig:
     beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})
     p_range: tuple[float, float] = field(default=(0.1, 0.3), metadata={"help": "GRPO: training budget p ~ U[lo, hi]"})
     answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout"})
+    rerank_share: float = field(default=0.25, metadata={
+        "help": "stage 2: share of the steps that train page relevance (rerank) instead of answering"})
     curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
     init: str | None = field(default=None, metadata={
         "help": "start from this stage's checkpoint instead of the previous stage's (ablations: 'none')"})
@@ -79,6 +81,8 @@ class TrainConfig:
             raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, got docs={self.docs}, pages={self.pages}")
         if self.group < 2:
             raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
+        if not 0.0 <= self.rerank_share <= 1.0:
+            raise ValueError(f"rerank_share is a share of stage 2's steps in [0, 1], got {self.rerank_share}")
         lo, hi = self.p_range
         if not 0 < lo <= hi <= 1:
             raise ValueError(f"p_range must satisfy 0 < lo <= hi <= 1, got {self.p_range}")
@@ -153,7 +157,8 @@ class Trainer:
         if stage == "stage1":
             return s.parse(step) if step % 2 == 0 else s.locate(step)
         if stage == "stage2":
-            if step % 4 == 3:
+            share = self.config.rerank_share
+            if int((step + 1) * share) > int(step * share):  # spreads rerank steps evenly (0.25: every 4th)
                 return s.rerank(step)
             if not self.config.curriculum:
                 return s.qa(step, "noisy")
@@ -162,9 +167,12 @@ class Trainer:
 
     def supervised_loss(self, reader, ex: Example) -> torch.Tensor:
         tokens = self.tokens(ex.pages)
-        if ex.kind == "rerank":
-            target = torch.tensor([1.0 if ex.target == "Yes" else 0.0], device=tokens.device)
-            return torch.nn.functional.binary_cross_entropy_with_logits(reader.yes_logits(ex.prompt, tokens), target)
+        if ex.kind == "rerank":  # the evidence page first: Yes for it, No for the others, and it ranks first
+            logits = reader.yes_logits(ex.prompt, tokens)  # (n,)
+            target = torch.zeros_like(logits)
+            target[0] = 1.0
+            return (torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
+                    + torch.nn.functional.cross_entropy(logits[None], target[None].argmax(-1)))
         return reader.answer_loss(ex.prompt, tokens, self.expand_mask(ex, len(ex.pages)), ex.target)
 
     def grpo_step(self, reader, reference, ex: Example, rng: random.Random, generator: torch.Generator) -> tuple[torch.Tensor, float]:

@@ -13,7 +13,8 @@ Examples (each a prompt over a list of pages, a target text, and pseudo-label ch
   the pseudo-labels are the chunks that overlap the evidence region (the geometric mapping
   `chunking.chunk_box`), most covered first, up to 20% of the sequence's chunks;
   on noisy sequences 10% plus as many random chunks of other pages;
-- `rerank`: one page and a question; target "Yes" for its evidence page, "No" for a hard negative.
+- `rerank`: a question with its evidence page and pages without it (other pages of its document,
+  hard negatives from the corpus), each read alone: "Yes" for the first, "No" for the others.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class ExampleConfig:
     noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={
         "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
     expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
+    rerank_pages: int = field(default=8, metadata={"help": "pages of a rerank example: the evidence page and negatives"})
 
 
 class ExampleSampler:
@@ -143,14 +145,20 @@ class ExampleSampler:
         return Example("qa", q.question, pages, q.answer, q.answer_format, expand)
 
     def rerank(self, step: int) -> Example:
+        """A question with its evidence page first, then up to `rerank_pages - 1` pages that do not hold
+        it: other pages of its document (what the reranker sorts at run time) and hard negatives from
+        the rest of the corpus (`longrag.build_sequence`), each to be read alone."""
         rng = self.rng(step, "rerank")
         doc_id, q = rng.choice(self.questions)
-        if rng.random() < 0.5:
-            return Example("rerank", q.question, [(doc_id, q.page)], "Yes")
+        evidence = (doc_id, q.page)
         lo, hi = self.config.noisy_pages
         seq = build_sequence(self.searcher, EvidenceQuestion.from_fact(q, doc_id),
                              NoiseConfig(m_min=lo, m_max=hi, seed=self.seed + step))
-        return Example("rerank", q.question, [rng.choice(seq.pages[1:])], "No")
+        same = [k for k in self.corpus.keys if k[0] == doc_id and k != evidence]
+        wanted = self.config.rerank_pages - 1
+        negatives = rng.sample(same, min(len(same), (wanted + 1) // 2))
+        negatives += [k for k in seq.pages if k != evidence and k not in negatives][: wanted - len(negatives)]
+        return Example("rerank", q.question, [evidence, *negatives], "Yes")
 
     def pseudo_labels(self, pages: list[Key], evidence: int, bbox: tuple[float, float, float, float],
                       p: float) -> list[tuple[int, int]]:

@@ -147,6 +147,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 t0 = time.perf_counter()
                 scores = reranker(q.question, [(scope[0], page) for page in top])
                 row["rerank_ms_per_page"] = (time.perf_counter() - t0) * 1000 / max(len(top), 1)
+                row["rerank_pages"], row["rerank_scores"] = top, [round(float(s), 5) for s in scores]  # fused order
                 order = np.argsort(-np.asarray(scores), kind="stable")
                 ranking["reranked"] = [top[i] for i in order] + ranking[base][RERANK_DEPTH:]
             for method, ranked in ranking.items():

@@ -85,3 +85,35 @@ def test_a_stage_without_its_predecessor_says_what_to_run(tiny_decoder, tmp_path
             t.run("stage3")
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("share, expected", [(0.0, []), (0.25, [3, 7]), (1.0, list(range(8)))])
+def test_rerank_share_spreads_the_page_relevance_steps(trainer, share, expected, monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.setattr(trainer, "config", replace(trainer.config, rerank_share=share))
+    assert [step for step in range(8) if trainer.draw("stage2", step, 0.0).kind == "rerank"] == expected
+
+
+def test_rerank_examples_put_the_evidence_first_among_pages_without_it(trainer):
+    sampler = trainer.sampler
+    for step in range(6):
+        ex = sampler.rerank(step)
+        doc_id = ex.pages[0][0]
+        evidence = {(d, q.page) for d, q in sampler.questions if d == doc_id and q.question == ex.prompt}
+        assert ex.pages[0] in evidence and not evidence & set(ex.pages[1:])
+        assert len(set(ex.pages)) == len(ex.pages) <= sampler.config.rerank_pages
+        assert any(k[0] == doc_id for k in ex.pages[1:])  # the other pages of its document: what a rerank sorts
+        assert ex.target == "Yes" and ex.kind == "rerank"
+
+
+def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeypatch):
+    reader, _ = trainer.reader("stage2")
+    ex = trainer.sampler.rerank(0)
+    n = len(ex.pages)
+    losses = {}
+    for name, logits in {"evidence first": torch.tensor([4.0] + [-4.0] * (n - 1)),
+                         "evidence last": torch.tensor([-4.0] * (n - 1) + [4.0])}.items():
+        monkeypatch.setattr(reader, "yes_logits", lambda question, tokens, v=logits: v)
+        losses[name] = trainer.supervised_loss(reader, ex).item()
+    assert losses["evidence first"] < 0.05 < 8.0 < losses["evidence last"]
