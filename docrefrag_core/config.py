@@ -57,8 +57,6 @@ class ReaderConfig:
     p: float = field(default=0.2, metadata={"help": "fraction of all chunks expanded to their k tokens"})
     token_dim: int = field(default=412, metadata={"help": "dimension of a page token (the encoder's dim)"})
     question_dim: int = field(default=384, metadata={"help": "dimension of the question embedding"})
-    question_token: bool = field(default=True, metadata={
-        "help": "also give the decoder the question's embedding as one token in the page tokens' space"})
     hidden: int = field(default=576, metadata={"help": "the decoder's hidden size"})
     projector_hidden: int = field(default=576, metadata={"help": "hidden width of the chunk projector MLP"})
     selector_dim: int = field(default=256, metadata={"help": "width of the selector's transformer"})
@@ -74,9 +72,6 @@ class ReaderConfig:
             raise ValueError(f"k={self.k} must divide the 18x18 grid's rows; use k in {{2, 3, 6}}")
         if not 0.0 <= self.p <= 1.0:
             raise ValueError(f"p is a fraction of chunks in [0, 1], got {self.p}")
-        if self.question_token and self.question_dim > self.token_dim:
-            raise ValueError(f"question_dim={self.question_dim} exceeds token_dim={self.token_dim}: the question "
-                             f"token fills a page token's text part; pass question_token=False")
         if self.selector_dim % self.selector_heads:
             raise ValueError(f"selector_dim={self.selector_dim} must be a multiple of "
                              f"selector_heads={self.selector_heads}")

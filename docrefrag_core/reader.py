@@ -2,12 +2,11 @@
 
 The decoder's input is built in embedding space and fed through `inputs_embeds`:
 
-    [ "Question: ..." q | "Page 1:" c_1 c_2 e e e c_4 ... | "Page 2:" ... | suffix ]
+    [ "Question: ..." | "Page 1:" c_1 c_2 e e e c_4 ... | "Page 2:" ... | suffix ]
 
 where each chunk of k consecutive grid tokens is one projected embedding `c_j` (`ChunkProjector`),
 unless the selector chose it, in which case its k tokens appear in place, each aligned separately
-(`TokenAligner`); q is the question's own embedding laid out as a page token and aligned the same
-way (`ReaderConfig.question_token`). A page costs L = m/k embeddings plus (k-1) per expanded chunk: at k = 3 and
+(`TokenAligner`). A page costs L = m/k embeddings plus (k-1) per expanded chunk: at k = 3 and
 p = 0.2 about 151 instead of the 324 of the full tokens.
 
 The decoder is any Hugging Face causal LM (default SmolLM2-135M-Instruct from the cached weights)
@@ -72,7 +71,6 @@ class DocRefragReader(nn.Module):
             raise ValueError(f"ReaderConfig.hidden={config.hidden} but the decoder's hidden size is {hidden}; "
                              f"pass ReaderConfig(hidden={hidden})")
         self.config, self.tokenizer, self.embed_question = config, tokenizer, embed_question
-        self._last_question: tuple[str | None, torch.Tensor | None] = (None, None)
         self.decoder_id = decoder_fingerprint(decoder)
         self.cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.norm = nn.LayerNorm(config.token_dim)
@@ -123,8 +121,6 @@ class DocRefragReader(nn.Module):
         chunk = torch.arange(L, device=dev).unsqueeze(-1).expand(L, k)  # (L, k)
         text = lambda size: torch.full((size,), -1, device=dev)  # noqa: E731
         parts, pages, chunk_ids, slots = [self.text_embeds(f"Question: {question}\n")], [], [], []
-        if self.config.question_token:
-            parts[0] = torch.cat([parts[0], self.question_token(question)])
         for i in range(n):
             sep = self.text_embeds(f"Page {i + 1}:")
             parts += [sep, values[i][keep[i]]]  # (t, hidden), (L + (k-1)*E_i, hidden)
@@ -137,22 +133,9 @@ class DocRefragReader(nn.Module):
         return Sequence(torch.cat(parts), torch.cat([text(head), *pages, text(tail)]),
                         torch.cat([text(head), *chunk_ids, text(tail)]), torch.cat([text(head), *slots, text(tail)]))
 
-    def question_token(self, question: str) -> torch.Tensor:
-        """(1, hidden): the question's embedding laid out as a page token (text part; no visual or
-        position features) through the norm and the aligner, so the decoder can compare the question
-        with the page's chunks in the space they share."""
-        token = torch.zeros(self.config.token_dim, device=self.norm.weight.device)
-        token[: self.config.question_dim] = self.question_vector(question)
-        return self.aligner(self.norm(token))[None]
-
     def question_vector(self, question: str) -> torch.Tensor:
-        """(question_dim,) the question's embedding; the last question's is kept (a rerank builds one
-        input per page)."""
         device = self.norm.weight.device
-        if self._last_question[0] != question:
-            vector = np.asarray(self.embed_question([question])[0], dtype=np.float32)
-            self._last_question = (question, torch.from_numpy(vector))
-        return self._last_question[1].to(device)
+        return torch.from_numpy(np.asarray(self.embed_question([question])[0], dtype=np.float32)).to(device)
 
     def select(self, question: str, chunks: torch.Tensor, p: float, selector: Selector | None = None) -> torch.Tensor:
         """(n, L) bool mask of the floor(p * n * L) chunks the selector expands."""

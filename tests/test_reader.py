@@ -27,7 +27,7 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
 
 
-def tiny_reader(tokenizer, k: int = 3, p: float = 0.2, seed: int = 0, question_token: bool = True) -> DocRefragReader:
+def tiny_reader(tokenizer, k: int = 3, p: float = 0.2, seed: int = 0) -> DocRefragReader:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -35,8 +35,7 @@ def tiny_reader(tokenizer, k: int = 3, p: float = 0.2, seed: int = 0, question_t
                                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                            max_position_embeddings=2048)).eval()
     config = ReaderConfig(k=k, p=p, token_dim=D, question_dim=Q, hidden=32, projector_hidden=48,
-                          selector_dim=32, selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8,
-                          question_token=question_token)
+                          selector_dim=32, selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8)
     rng = np.random.default_rng(seed)
     return DocRefragReader(decoder, tokenizer, config, lambda texts: rng.standard_normal((len(texts), Q)))
 
@@ -89,26 +88,6 @@ def test_full_and_compressed_modes_through_the_same_interface(tokenizer):
     T = budget(0.2, 2, M // 3)
     for selector in (RandomSelector(3), SimilaritySelector(text_dim=Q)):
         assert int(reader.select("q", chunks, 0.2, selector).sum()) == T
-
-
-def test_the_question_token_is_the_question_embedding_aligned_like_a_page_token(tokenizer):
-    reader = tiny_reader(tokenizer)
-    chunks = reader.chunks(pages(1))
-    none = torch.zeros(1, M // 3, dtype=torch.bool)
-    seq = reader.build("How many homes?", chunks, none, ANSWER_SUFFIX)
-    at = len(tokenizer("Question: How many homes?\n", add_special_tokens=False)["input_ids"])
-    token = torch.zeros(D)
-    token[:Q] = reader.question_vector("How many homes?")
-    with torch.no_grad():
-        torch.testing.assert_close(seq.embeds[at], reader.aligner(reader.norm(token)))
-    assert seq.page[at] == -1 and seq.chunk[at] == -1
-    other = reader.build("Which year?", chunks, none, ANSWER_SUFFIX)
-    assert not torch.allclose(other.embeds[len(tokenizer("Question: Which year?\n", add_special_tokens=False)["input_ids"])],
-                              seq.embeds[at])
-    without = tiny_reader(tokenizer, question_token=False).build("How many homes?", chunks, none, ANSWER_SUFFIX)
-    assert without.embeds.shape[0] == seq.embeds.shape[0] - 1
-    with pytest.raises(ValueError, match="question_token=False"):
-        ReaderConfig(token_dim=8, question_dim=12)
 
 
 def test_similarity_selector_picks_the_chunk_that_holds_the_question(tokenizer):
