@@ -34,8 +34,10 @@ logger = logging.getLogger(__name__)
 # there (13% of the questions) it gives 0.727 against 0.721 without HyDE and 0.718 with it always,
 # and saves the generation (about 2 s) for the other questions. On LongDocURL (69 questions, held
 # out) it gives 0.763 against 0.756 without HyDE but 0.774 with it always (differences within one
-# standard error): there the passage did not hurt where the branches agree.
-HYDE_DISAGREEMENT = 0.5
+# standard error): there the passage did not hurt where the branches agree. The same gate applies to
+# the sub-queries with `decompose="disagreement"` (not the default): MMLongBench-Doc 0.721 gated vs
+# 0.718 always; LongDocURL 0.763 gated vs 0.778 always (within one standard error; RESULTS.md).
+DISAGREEMENT = 0.5
 
 _ANCHOR = re.compile(r"\b(?:table|figure|fig\.|chart|slide|page|section|appendix|exhibit)\s+[\w.\-]+", re.I)
 _TITLED = re.compile(r"\b(?:the\s+)?(?:chart|figure|table|graph|slide)\s+(?:titled|named|called)\s+[\"“']?([^\"”'?]+)", re.I)
@@ -91,16 +93,20 @@ def plan_question(question: str, llm: BaseChatModel | None, decompose: bool = Tr
     plan = extract_intents(question)
     notes: list[str] = []
     if llm is not None and decompose:
-        reply = str(invoke_llm(llm, [HumanMessage(prompts.DECOMPOSE.format(question=question))], stop=["\n\n"]).content)
-        queries = sub_questions(reply, question)
-        if queries:
-            plan.sub_queries = [question, *queries]
-        elif question.strip().lower() not in reply.lower():  # a repeat of the question: one fact, nothing to note
-            notes.append(f"decomposition gave no usable sub-question, searching with the question itself "
-                         f"(the reply began {reply[:120]!r})")
+        plan.sub_queries, notes = decompose_question(question, llm)
     if llm is not None and hyde:
         plan.hyde = write_hyde(question, llm)
     return plan, notes
+
+
+def decompose_question(question: str, llm: BaseChatModel) -> tuple[list[str], list[str]]:
+    """(sub-queries, notes): the question itself first, then the usable sub-questions the chat model wrote."""
+    reply = str(invoke_llm(llm, [HumanMessage(prompts.DECOMPOSE.format(question=question))], stop=["\n\n"]).content)
+    queries = sub_questions(reply, question)
+    if queries or question.strip().lower() in reply.lower():  # a repeat of the question: one fact, nothing to note
+        return [question, *queries], []
+    return [question], [f"decomposition gave no usable sub-question, searching with the question itself "
+                        f"(the reply began {reply[:120]!r})"]
 
 
 def write_hyde(question: str, llm: BaseChatModel) -> str:

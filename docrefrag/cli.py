@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--hyde", dest="hyde_mode", choices=["disagreement", "always", "never"], default=None,
                      help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
                           "branches' rankings of the question disagree)")
+    ask.add_argument("--decompose", dest="decompose_mode", choices=["disagreement", "always", "never"], default=None,
+                     help="when to split the question into sub-queries (default never; disagreement: as --hyde)")
     ask.add_argument("--json", action="store_true")
     ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
     ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
@@ -285,7 +287,7 @@ def _ask_config(args: argparse.Namespace) -> "AskConfig":
 
     config = AskConfig.from_file(args.config) if args.config else AskConfig()
     overrides = {"answerer": args.answerer, "rerank": args.rerank, "max_rounds": args.max_rounds,
-                 "hyde": getattr(args, "hyde_mode", None)}
+                 "hyde": getattr(args, "hyde_mode", None), "decompose": getattr(args, "decompose_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
         config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})
@@ -298,7 +300,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     def show(node: str, update: dict) -> None:
         for entry in update.get("trace", []):
             detail = {k: v for k, v in entry.items()
-                      if k in ("answer", "confidence", "query", "note", "round", "query_disagreement", "hyde")}
+                      if k in ("answer", "confidence", "query", "note", "round", "query_disagreement", "hyde",
+                                   "sub_queries")}
             if entry.get("hits"):
                 detail["pages"] = [h["page"] for h in entry["hits"][:5]]
             print(f"[{node}] {json.dumps(detail, default=str)[:160]}", file=sys.stderr, flush=True)

@@ -61,7 +61,7 @@ def score(q: Question, pred: str | None) -> float:
 
 def first_round_hits(trace: list[dict]) -> list[dict]:
     """The pages the first answer was chosen from: the last search before the first rerank (after
-    the hyde node, the second search of round 1)."""
+    the enrich node, the second search of round 1)."""
     hits: list[dict] = []
     for entry in trace:
         if entry["node"] == "rerank":

@@ -5,11 +5,12 @@ are compared on identical inputs. Per-question rows go to a JSONL file that a re
 
 With a planner, each question is planned once (the LLM calls are the cost) and searched with every
 part of the plan switched on and off: "question" (no planner), "rules" (the rule-extracted keywords
-and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; with HyDE
-also "hyde-on-disagreement", the ask graph's default: the rules plan, with the HyDE passage only when
-the rules plan's search found the branches disagreeing (query disagreement >= HYDE_DISAGREEMENT, the
-default threshold; the graph's decision for a question asked of its one document). One
-run thus gives the whole planner ablation on the same plans; rows are named "<plan>/<method>".
+and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; each of
+those also as "<plan>-on-disagreement", what the ask graph does by default: the rules plan, with the
+LLM parts only when the rules plan's search found the branches disagreeing (query disagreement >=
+DISAGREEMENT, the default threshold; the graph's decision for a question asked of its one
+document). One run thus gives the whole planner ablation on the same plans; rows are named
+"<plan>/<method>"; the last plan (every part asked for, on disagreement) is the one reranked.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from agents.planner import HYDE_DISAGREEMENT
+from agents.planner import DISAGREEMENT
 from agents.retrieval import search_plan
 from agents.schemas import Plan
 from evals.datasets import Question
@@ -38,24 +39,24 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("sparse", "dense", "rrf", "sum", "consistency")
 RERANK_DEPTH = 20
-ON_DISAGREEMENT = "hyde-on-disagreement"
+ON_DISAGREEMENT = "-on-disagreement"  # suffix of a variant that is the rules plan unless the branches disagree
 
 Reranker = Callable[[str, list[tuple[str, int]]], list[float]]  # (question, pages) -> one score per page
 
 
 def plan_variants(plan: Plan, question: str, hyde: bool, decompose: bool) -> dict[str, Plan]:
-    """The plans a planner run compares: the full `plan` and the plans without its LLM parts."""
+    """The plans a planner run compares: the full `plan` and the plans without its LLM parts; each
+    "<variant>-on-disagreement" is the rules plan here, replaced by <variant> where the branches disagree."""
     bare = Plan(sub_queries=[question])
     rules = plan.model_copy(update={"sub_queries": [question], "hyde": ""})
     variants = {"question": bare, "rules": rules}
     if hyde:
-        variants[ON_DISAGREEMENT] = rules  # replaced by the "hyde" plan where the branches disagree
         variants["hyde"] = rules.model_copy(update={"hyde": plan.hyde})
     if decompose:
         variants["decomposition"] = plan.model_copy(update={"hyde": ""})
     if hyde and decompose:
         variants["hyde+decomposition"] = plan
-    return variants
+    return {**variants, **{f"{v}{ON_DISAGREEMENT}": rules for v in list(variants)[2:]}}
 
 
 class _QuestionSearcher:
@@ -93,7 +94,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
     """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (which writes
     the HyDE passage and/or the sub-queries, as `hyde` and `decompose` say), each question is also
     searched as the ask graph's retrieve node does, once per `plan_variants`; the plan is kept in the
-    row. With a `reranker`, the consistency-fused top RERANK_DEPTH pages (of the full plan) are
+    row. With a `reranker`, the consistency-fused top RERANK_DEPTH pages (of the last plan) are
     reordered by it as one more method, "reranked" (the pages below the depth keep their fused order),
     and its time per page is recorded."""
     fused_methods = list(methods)
@@ -130,12 +131,12 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 cached = _QuestionSearcher(searcher)
                 ranking = {}
                 plans = plan_variants(plan, q.question, hyde, decompose)
-                if hyde:  # as the ask graph: HyDE only where the rules plan's branches disagree
-                    runs = search_plan(plans["rules"], q.question, cached, scope, max(KS), "consistency")[1]
-                    row["query_disagreement"] = runs[0].query_disagreement if runs else 0.0
-                    if row["query_disagreement"] >= HYDE_DISAGREEMENT:
-                        plans[ON_DISAGREEMENT] = plans["hyde"]
-                # the full plan first: planning plus its search is the ask graph's retrieve latency with every planner part on
+                # as the ask graph: the LLM parts only where the rules plan's branches disagree
+                runs = search_plan(plans["rules"], q.question, cached, scope, max(KS), "consistency")[1]
+                row["query_disagreement"] = runs[0].query_disagreement if runs else 0.0
+                if row["query_disagreement"] >= DISAGREEMENT:
+                    plans.update({v: plans[v.removesuffix(ON_DISAGREEMENT)] for v in plans if v.endswith(ON_DISAGREEMENT)})
+                # the last plan first: planning plus its search is the ask graph's retrieve latency
                 for v, p in reversed(plans.items()):
                     for m in fused_methods:
                         ranking[f"{v}/{m}"] = [h.page for h in search_plan(p, q.question, cached, scope, max(KS), m)[0]]

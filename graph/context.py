@@ -10,7 +10,7 @@ from typing import Any, Callable, Literal, Sequence
 
 from langchain_core.language_models import BaseChatModel
 
-from agents.planner import HYDE_DISAGREEMENT
+from agents.planner import DISAGREEMENT
 from indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod
 from indexes.hybrid import HybridSearcher
 from indexes.store import Store
@@ -23,8 +23,8 @@ def _fits(value: Any, expected: type) -> bool:
     return isinstance(value, expected) or (expected is float and isinstance(value, int))
 
 
-HydeMode = Literal["disagreement", "always", "never"]
-HYDE_MODES: tuple[HydeMode, ...] = ("disagreement", "always", "never")
+PlanMode = Literal["disagreement", "always", "never"]  # when the LLM writes a part of the plan
+PLAN_MODES: tuple[PlanMode, ...] = ("disagreement", "always", "never")
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,16 @@ class AskConfig:
     rerank: bool = field(default=False, metadata={"help": "rerank the fused pages with the reader's page relevance"})
     chars_per_page: int = field(default=1500, metadata={"help": "characters of each page the answer agent reads"})
     fusion: FusionMethod = field(default=DEFAULT_METHOD, metadata={"help": "fusion of the sparse and dense branches"})
-    hyde: HydeMode = field(default="disagreement", metadata={
+    hyde: PlanMode = field(default="disagreement", metadata={
         "help": "when to write a hypothetical answer passage (HyDE) for the dense branch: disagreement (only when "
                 "the branches' rankings for the question disagree, then search again), always, never"})
-    hyde_disagreement: float = field(default=HYDE_DISAGREEMENT, metadata={
-        "help": "query disagreement Q in [0, 1] at or above which hyde='disagreement' writes the passage "
+    decompose: PlanMode = field(default="never", metadata={
+        "help": "when to split the question into sub-queries with the LLM (each searched too): disagreement (only "
+                "when the branches' rankings for the question disagree, then search again), always, never "
+                "(the default: with the 135M local model no setting gained measurably, see evals/RESULTS.md)"})
+    disagreement: float = field(default=DISAGREEMENT, metadata={
+        "help": "query disagreement Q in [0, 1] at or above which the 'disagreement' modes of hyde and decompose act "
                 "(0.5: the branches' rankings are uncorrelated or opposed)"})
-    decompose: bool = field(default=False, metadata={"help": "split the question into sub-queries with the LLM "
-                                                              "(off by default: no measurable retrieval gain with the 135M local model)"})
     time_budget_s: float = field(default=120.0, metadata={"help": "no new round starts after this many seconds"})
     token_budget: int = field(default=2048, metadata={"help": "no new round starts after this many LLM output tokens"})
 
@@ -61,10 +63,11 @@ class AskConfig:
             raise ValueError(f"answerer must be 'reader' or 'chat', got {self.answerer!r}")
         if self.fusion not in METHODS:
             raise ValueError(f"fusion must be one of {', '.join(METHODS)}, got {self.fusion!r}")
-        if self.hyde not in HYDE_MODES:
-            raise ValueError(f"hyde must be one of {', '.join(HYDE_MODES)}, got {self.hyde!r}")
-        if not 0.0 <= self.hyde_disagreement <= 1.0:
-            raise ValueError(f"hyde_disagreement is a query disagreement in [0, 1], got {self.hyde_disagreement}")
+        for name in ("hyde", "decompose"):
+            if getattr(self, name) not in PLAN_MODES:
+                raise ValueError(f"{name} must be one of {', '.join(PLAN_MODES)}, got {getattr(self, name)!r}")
+        if not 0.0 <= self.disagreement <= 1.0:
+            raise ValueError(f"disagreement is a query disagreement in [0, 1], got {self.disagreement}")
 
     @classmethod
     def from_file(cls, path: Path) -> "AskConfig":

@@ -1,11 +1,12 @@
-"""The ask graph: plan -> retrieve [-> hyde -> retrieve] -> rerank -> answer -> validate -> done | refine -> retrieve ...
+"""The ask graph: plan -> retrieve [-> enrich -> retrieve] -> rerank -> answer -> validate -> done | refine -> retrieve ...
 
 The graph acts on the branches' disagreement: when the first round's search of the question finds the
-BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.hyde_disagreement`),
-the hyde node writes a hypothetical answer passage for the dense branch and the question is searched
-again (at most once per run; `AskConfig.hyde` = "always" writes it in the plan instead, "never" not at
-all). A replacement hyde node must put a passage in the plan or set `hyde_written`, or the graph
-would route to it again.
+BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.disagreement`),
+the enrich node has the chat model write the plan's LLM parts whose mode is "disagreement" (the
+hypothetical answer passage, HyDE, for the dense branch: the default; the sub-queries with
+`decompose="disagreement"`) and the question is searched again (at most once per run). A mode "always" writes that part in the plan
+node instead, "never" not at all. A replacement enrich node must set `enriched`, or the graph would
+route to it again.
 
 Nodes are small functions named by verb; each returns a partial state and appends one trace entry.
 Any node can be replaced by a callable with the same signature (`build_graph(nodes={...})`, or a
@@ -27,7 +28,7 @@ from langgraph.runtime import Runtime
 from agents import prompts
 from agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
 from agents.llm import invoke_llm
-from agents.planner import plan_question, write_hyde
+from agents.planner import decompose_question, plan_question, write_hyde
 from agents.retrieval import search_plan
 from agents.schemas import Claim, Plan
 from agents.validation import validate
@@ -43,9 +44,10 @@ Node = Callable[[AskState, Runtime[AskContext]], dict]
 def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     cfg = runtime.context.config
     started = time.time()  # the run's clock (time to first answer, time budget) includes the planning
-    p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose, hyde=cfg.hyde == "always")
+    p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose == "always",
+                             hyde=cfg.hyde == "always")
     return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,
-            "query_disagreement": 0.0, "hyde_written": False,  # a reused thread starts afresh
+            "query_disagreement": 0.0, "enriched": False,  # a reused thread starts afresh
             "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
 
 
@@ -63,20 +65,33 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
                        "hits": [_hit_summary(h) for h in hits]}]}
 
 
-def hyde(state: AskState, runtime: Runtime[AskContext]) -> dict:
-    """Write the HyDE passage for the dense branch (the question's search found the branches disagreeing)."""
+def _to_enrich(state: AskState, cfg) -> list[str]:
+    """The plan parts the enrich node would write now: those in mode "disagreement" that the plan lacks."""
+    p = state["plan"]
+    return [part for part, mode, present in (("hyde", cfg.hyde, bool(p.get("hyde"))),
+                                             ("decompose", cfg.decompose, len(p.get("sub_queries") or []) > 1))
+            if mode == "disagreement" and not present]
+
+
+def enrich(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """Write the HyDE passage and/or the sub-queries (the question's search found the branches disagreeing)."""
+    ctx = runtime.context
     p = Plan(**state["plan"])
-    p.hyde = write_hyde(state["question"], runtime.context.llm)
-    return {"plan": p.model_dump(), "hyde_written": True,
-            "trace": [{"node": "hyde", "query_disagreement": round(state.get("query_disagreement", 0.0), 3),
-                       "hyde": p.hyde}]}
+    parts, notes = _to_enrich(state, ctx.config), []
+    if "hyde" in parts:
+        p.hyde = write_hyde(state["question"], ctx.llm)
+    if "decompose" in parts:
+        p.sub_queries, notes = decompose_question(state["question"], ctx.llm)
+    return {"plan": p.model_dump(), "enriched": True,
+            "trace": [{"node": "enrich", "query_disagreement": round(state.get("query_disagreement", 0.0), 3),
+                       "hyde": p.hyde, "sub_queries": p.sub_queries, "notes": notes}]}
 
 
-def route_after_retrieve(state: AskState, runtime: Runtime[AskContext]) -> Literal["hyde", "rerank"]:
+def route_after_retrieve(state: AskState, runtime: Runtime[AskContext]) -> Literal["enrich", "rerank"]:
     cfg = runtime.context.config
-    if (cfg.hyde == "disagreement" and state.get("round", 1) == 1 and not state.get("hyde_written")
-            and not state["plan"].get("hyde") and state.get("query_disagreement", 0.0) >= cfg.hyde_disagreement):
-        return "hyde"
+    if (state.get("round", 1) == 1 and not state.get("enriched") and _to_enrich(state, cfg)
+            and state.get("query_disagreement", 0.0) >= cfg.disagreement):
+        return "enrich"
     return "rerank"
 
 
@@ -155,7 +170,7 @@ def _hit_summary(h: Hit) -> dict:
             "rerank": None if h.rerank is None else round(h.rerank, 3)}
 
 
-NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "hyde": hyde, "rerank": rerank, "answer": answer,
+NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "enrich": enrich, "rerank": rerank, "answer": answer,
                           "validate": validate_answer, "refine": refine}
 
 
@@ -182,8 +197,8 @@ def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
         builder.add_node(name, fn)
     builder.add_edge(START, "plan")
     builder.add_edge("plan", "retrieve")
-    builder.add_conditional_edges("retrieve", route_after_retrieve, ["hyde", "rerank"])
-    builder.add_edge("hyde", "retrieve")
+    builder.add_conditional_edges("retrieve", route_after_retrieve, ["enrich", "rerank"])
+    builder.add_edge("enrich", "retrieve")
     builder.add_edge("rerank", "answer")
     builder.add_edge("answer", "validate")
     builder.add_conditional_edges("validate", route_after_validate, ["refine", END])

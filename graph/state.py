@@ -17,7 +17,7 @@ class AskState(TypedDict, total=False):
     claims: list[dict]  # agents.schemas.Claim as dicts
     verdict: dict  # agents.schemas.Verdict as a dict
     query_disagreement: float  # of the last search's first sub-query (round 1: the question): (1 - Spearman rho) / 2
-    hyde_written: bool  # the hyde node has run (it runs at most once)
+    enriched: bool  # the enrich node has run (it runs at most once)
     round: int  # 1-based retrieval round
     tokens: int  # LLM output tokens spent so far
     started_at: float  # time.time() at the start of the run

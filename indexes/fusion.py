@@ -32,7 +32,7 @@ D: with c_b = clip(n_b, 0, 1), D(i) = (1 - a) * (c_s - c_d)+ + a * (c_d - c_s)+ 
 support of page i from one branch only, weighted by the weight of the branch that does not back it
 (0 where the branches agree). lambda = 0 by measurement: the penalty never helped (table below);
 D is exposed in Diagnostics with Q, R_s, R_d, a and the top-5 overlap, for the graph to act on
-(it adds a HyDE passage when Q >= 0.5: `agents.planner.HYDE_DISAGREEMENT`). On MMLongBench-Doc,
+(it adds a HyDE passage when Q >= 0.5: `agents.planner.DISAGREEMENT`). On MMLongBench-Doc,
 consistency Recall@5 by Q: 0.855 (Q < 0.2, 142 questions), 0.701 (0.2-0.35, 122), 0.627
 (0.35-0.5, 78), 0.445 (Q >= 0.5, 27); by top-5 overlap: 0.374 (0/5, 33 questions) to 1.0 (5/5, 10); Q flags the 69 questions with no evidence page in the
 top 5 with AUC 0.69.

@@ -97,7 +97,8 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     report = evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / "p.jsonl",
                                 show_progress=False, planner=planner, hyde=True, decompose=True)
     assert calls == [question]  # planned once for every variant
-    variants = ["question", "rules", "hyde-on-disagreement", "hyde", "decomposition", "hyde+decomposition"]
+    variants = ["question", "rules", "hyde", "decomposition", "hyde+decomposition", "hyde-on-disagreement",
+                "decomposition-on-disagreement", "hyde+decomposition-on-disagreement"]
     assert list(plan_variants(planner(question), question, True, True)) == variants
     assert set(report.methods) == {f"{v}/{m}" for v in variants for m in ("sparse", "dense", "rrf", "sum", "consistency")}
     row = json.loads((tmp_path / "p.jsonl").read_text())
@@ -113,7 +114,7 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     assert row["hyde/dense"]["ranked"] != row["rules/dense"]["ranked"]
     assert row["plan"]["hyde"].startswith("Near station s007")
     only_hyde = plan_variants(planner(question), question, True, False)
-    assert list(only_hyde) == ["question", "rules", "hyde-on-disagreement", "hyde"]
+    assert list(only_hyde) == ["question", "rules", "hyde", "hyde-on-disagreement"]
     assert only_hyde["hyde"].sub_queries == [question]
     # the graph's default: HyDE only where the rules plan's branches disagree (Q >= the threshold)
     from agents.retrieval import search_plan
@@ -121,14 +122,17 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     rules = plan_variants(planner(question), question, True, False)["rules"]
     q_rules = search_plan(rules, question, searcher, [result.doc_id], 10, "consistency")[1][0].query_disagreement
     assert row["query_disagreement"] == q_rules
-    for threshold, plan in ((q_rules, "hyde"), (float(np.nextafter(q_rules, 2.0)), "rules")):
-        monkeypatch.setattr("evals.retrieval.HYDE_DISAGREEMENT", threshold)
-        evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / f"{plan}.jsonl",
-                           show_progress=False, planner=planner, hyde=True)
-        adaptive = json.loads((tmp_path / f"{plan}.jsonl").read_text())
-        for m in ("sparse", "dense", "consistency"):
-            assert adaptive[f"hyde-on-disagreement/{m}"]["ranked"] == adaptive[f"{plan}/{m}"]["ranked"]
+    for threshold, disagree in ((q_rules, True), (float(np.nextafter(q_rules, 2.0)), False)):
+        monkeypatch.setattr("evals.retrieval.DISAGREEMENT", threshold)
+        out = tmp_path / f"{disagree}.jsonl"
+        evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, out, show_progress=False,
+                           planner=planner, hyde=True, decompose=True)
+        adaptive = json.loads(out.read_text())
+        for v in ("hyde", "decomposition", "hyde+decomposition"):
+            for m in ("sparse", "dense", "consistency"):
+                assert adaptive[f"{v}-on-disagreement/{m}"]["ranked"] == adaptive[f"{v if disagree else 'rules'}/{m}"]["ranked"]
     assert adaptive["hyde/dense"]["ranked"] != adaptive["hyde-on-disagreement/dense"]["ranked"]
+    assert adaptive["decomposition/sparse"]["ranked"] != adaptive["decomposition-on-disagreement/sparse"]["ranked"]
 
 
 def test_accuracy_by_budget_plot(tmp_path):

@@ -199,7 +199,7 @@ def read_state(store_dir: Path, thread_id: str):
 def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
     store_dir, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always"))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert "|Northfield|2019|4,812|" in seen[1]  # the answer agent read the table as a table
@@ -224,12 +224,12 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
 
 def test_ask_with_the_real_local_model(dr, report):
     _, doc_id = report
-    result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1, decompose=False))
+    result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1))
     print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
           f"{result.seconds:.1f} s, {result.tokens} answer tokens, claims {result.claims}")
     assert result.answer.strip()
     assert nodes_of(result.trace) in (["plan", "retrieve", "rerank", "answer", "validate"],  # the default HyDE mode:
-                                      ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate"])
+                                      ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate"])
     for claim in result.claims:
         for c in claim["citations"]:
             assert c["doc_id"] == doc_id and 1 <= c["page"] <= len(FILLER)
@@ -245,7 +245,7 @@ NEW_QUERY = "Northfield passenger count table for the year 2019"
 
 def test_unsupported_answer_is_refined_with_a_new_query(dr):
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=3))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=3))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate",
@@ -264,7 +264,7 @@ def test_unsupported_answer_is_refined_with_a_new_query(dr):
 def test_refinement_stops_at_max_rounds(dr):
     # a third round would call the model a seventh time: the script has six replies
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=2))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
@@ -273,7 +273,7 @@ def test_refinement_stops_at_max_rounds(dr):
 
 def test_tau_zero_never_refines(dr):
     llm, seen = scripted(HYDE, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", tau=0.0))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", tau=0.0))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
@@ -284,21 +284,21 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     """The default HyDE mode: the passage is written only when the question's search finds the branches'
     query disagreement at or above the threshold, then the question is searched again; once per run."""
     llm, seen = scripted("4,812", "Yes")
-    never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="never", max_rounds=1))
+    never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="never", max_rounds=1))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     q = entries(never.trace, "retrieve")[0]["queries"][0]["query_disagreement"]  # rounded to 3 decimals
     assert 0.0 <= q <= 0.98
 
     llm, seen = scripted("4,812", "Yes")
-    calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde_disagreement=q + 0.01))
+    calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=q + 0.01))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     assert nodes_of(calm.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
 
-    config = AskConfig(answerer="chat", decompose=False, hyde_disagreement=max(q - 0.01, 0.0), max_rounds=1)
+    config = AskConfig(answerer="chat", disagreement=max(q - 0.01, 0.0), max_rounds=1)
     llm, seen = scripted(HYDE, "4,812", "Yes")
     once = dr.ask(QUESTION, llm=llm, config=config, thread_id="hyde-thread")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
-    assert nodes_of(once.trace) == ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate"]
+    assert nodes_of(once.trace) == ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate"]
     # the evaluation reports the pages of round 1's last search, the one the answer was chosen from
     assert [h["page"] for h in first_round_hits(once.trace)] == retrieved_pages(entries(once.trace, "retrieve")[1])
     llm, seen = scripted(HYDE, "4,812", "Yes")  # the same thread again: a new run decides afresh
@@ -307,11 +307,11 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
 
     # threshold 0: every search qualifies, yet the passage is written once, in round 1 only
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde_disagreement=0.0))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=0.0))
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
-    assert nodes_of(result.trace) == ["plan", "retrieve", "hyde", "retrieve", "rerank", "answer", "validate",
+    assert nodes_of(result.trace) == ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate",
                                       "refine", "retrieve", "rerank", "answer", "validate"]
-    (hyde,) = entries(result.trace, "hyde")
+    (hyde,) = entries(result.trace, "enrich")
     assert hyde["hyde"] == HYDE and hyde["query_disagreement"] == pytest.approx(q, abs=1e-3)
     before, after, _ = entries(result.trace, "retrieve")
     assert HYDE not in before["queries"][0]["dense"] and HYDE[:100] in after["queries"][0]["dense"]
@@ -319,20 +319,44 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     assert result.answer == "4,812" and result.rounds == 2
 
 
-def test_hyde_route_only_in_round_one_and_once():
+def test_disagreeing_branches_bring_sub_queries_in_that_mode(dr):
+    """decompose="disagreement" (with HyDE's default mode): on disagreement the enrich node writes the
+    HyDE passage and the sub-queries, and the second search runs the question and each sub-query."""
+    sub = "Which table lists the Northfield passengers?"
+    llm, seen = scripted(HYDE, f"1. {sub}", "4,812", "Yes")
+    config = AskConfig(answerer="chat", decompose="disagreement", disagreement=0.0, max_rounds=1)
+    result = dr.ask(QUESTION, llm=llm, config=config)
+    assert [prompt_kind(p) for p in seen] == ["hyde", "decompose", "answer", "validate"]
+    assert nodes_of(result.trace) == ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate"]
+    (enriched,) = entries(result.trace, "enrich")
+    assert enriched["sub_queries"] == [QUESTION, sub] and enriched["hyde"] == HYDE
+    before, after = entries(result.trace, "retrieve")
+    assert len(before["queries"]) == 1 and len(after["queries"]) == 2
+    assert after["queries"][0]["sparse"].startswith(QUESTION) and after["queries"][1]["sparse"].startswith(sub)
+
+    llm, seen = scripted(f"1. {sub}", "4,812", "Yes")  # decomposition alone, on disagreement
+    config = AskConfig(answerer="chat", hyde="never", decompose="disagreement", disagreement=0.0, max_rounds=1)
+    dr.ask(QUESTION, llm=llm, config=config)
+    assert [prompt_kind(p) for p in seen] == ["decompose", "answer", "validate"]
+
+
+def test_enrich_route_only_in_round_one_and_once():
     from types import SimpleNamespace
 
     from graph.graph import route_after_retrieve
 
-    def route(hyde="disagreement", **state):
-        runtime = SimpleNamespace(context=SimpleNamespace(config=AskConfig(hyde=hyde, hyde_disagreement=0.5)))
-        return route_after_retrieve({"round": 1, "query_disagreement": 0.5, "plan": {"hyde": ""}, **state}, runtime)
+    def route(hyde="disagreement", decompose="never", **state):  # the default modes
+        config = AskConfig(hyde=hyde, decompose=decompose, disagreement=0.5)
+        runtime = SimpleNamespace(context=SimpleNamespace(config=config))
+        plan = {"hyde": "", "sub_queries": [QUESTION]}
+        return route_after_retrieve({"round": 1, "query_disagreement": 0.5, "plan": plan, **state}, runtime)
 
-    assert route() == "hyde"
+    assert route() == route(hyde="never", decompose="disagreement") == "enrich"
     assert route(query_disagreement=0.49) == "rerank"
-    assert route(round=2, query_disagreement=0.9) == "rerank"  # a refined query's disagreement brings no HyDE
-    assert route(hyde_written=True) == "rerank"
+    assert route(round=2, query_disagreement=0.9) == "rerank"  # a refined query's disagreement brings nothing new
+    assert route(enriched=True) == "rerank"
     assert route(plan={"hyde": HYDE}) == "rerank"
+    assert route(hyde="never", decompose="disagreement", plan={"sub_queries": [QUESTION, "Which table?"]}) == "rerank"
     assert route(hyde="always") == route(hyde="never") == "rerank"
 
 
@@ -346,7 +370,7 @@ class _SlowChat(GenericFakeChatModel):
 
 def test_time_to_first_answer_counts_the_planning(dr):
     llm = _SlowChat(messages=iter([AIMessage(HYDE), AIMessage("4,812"), AIMessage("Yes")]))
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=1))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1))
     assert result.answer == "4,812"
     assert 0.6 <= result.ttft_s <= result.seconds  # the HyDE passage and the answer, not the answer alone
 
@@ -357,7 +381,7 @@ def test_time_to_first_answer_counts_the_planning(dr):
 def test_finished_run_is_checkpointed_as_plain_data(dr, report):
     store_dir, _ = report
     llm, _ = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always"),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"),
                     thread_id="checkpointed-run")
     assert result.thread_id == "checkpointed-run"
 
@@ -377,7 +401,7 @@ def test_finished_run_is_checkpointed_as_plain_data(dr, report):
 def test_rerank_node_replaced_by_dotted_path(dr, report):
     _, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always", max_rounds=1),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1),
                     nodes={"rerank": f"{__name__}:reverse_rerank"})
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
@@ -436,7 +460,7 @@ def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
     store_dir, _ = report
     llm, seen = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
     with pytest.raises(LLMUnavailableError, match="127.0.0.1:9"):
-        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", decompose=False, hyde="always"), thread_id="failed-run")
+        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"), thread_id="failed-run")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer"]
 
     snapshot = read_state(store_dir, "failed-run")
@@ -535,7 +559,7 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     seen = _Prompts()
     extractor.callbacks = [seen]
     rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions, {"transit-review.pdf": doc_id},
-                            tmp_path / "answers.jsonl", AskConfig(answerer="chat", decompose=False, hyde="always"), show_progress=False,
+                            tmp_path / "answers.jsonl", AskConfig(answerer="chat", hyde="always"), show_progress=False,
                             extractor=extractor)
     first, second = rows
     assert (first["response"], first["pred"], first["extracted_format"], first["score"]) == (reply, "4812", "Integer", 1.0)
@@ -575,7 +599,7 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     ("max_rounds = 2.5\n", "max_rounds must be of type int, got 2.5"),
     ("hyde = false\n", "hyde must be of type str, got False (when to write"),
     ('hyde = "sometimes"\n', "hyde must be one of disagreement, always, never"),
-    ("hyde_disagreement = 2\n", "hyde_disagreement is a query disagreement in [0, 1]"),
+    ("disagreement = 2\n", "disagreement is a query disagreement in [0, 1]"),
     ("max_rounds = 0\n", "max_rounds must be >= 1"),
     ("max_rounds = \n", "is not valid TOML"),
     ('fusion = "bogus"\n', "fusion must be one of"),
