@@ -4,9 +4,9 @@ The graph acts on the branches' disagreement: when the first round's search of t
 BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.disagreement`),
 the enrich node has the chat model write the plan's LLM parts whose mode is "disagreement" (the
 hypothetical answer passage, HyDE, for the dense branch: the default; the sub-queries with
-`decompose="disagreement"`) and the question is searched again (at most once per run). A mode "always" writes that part in the plan
-node instead, "never" not at all. A replacement enrich node must set `enriched`, or the graph would
-route to it again.
+`decompose="disagreement"`) and the question is searched again (at most once per run). A mode
+"always" writes that part in the plan node instead, "never" not at all. A replacement enrich node
+must set `enriched`, or the graph would route to it again.
 
 Nodes are small functions named by verb; each returns a partial state and appends one trace entry.
 Any node can be replaced by a callable with the same signature (`build_graph(nodes={...})`, or a
@@ -32,7 +32,7 @@ from agents.planner import decompose_question, plan_question, write_hyde
 from agents.retrieval import search_plan
 from agents.schemas import Claim, Plan
 from agents.validation import validate
-from graph.context import AskContext
+from graph.context import AskConfig, AskContext
 from graph.state import AskState
 from indexes.hybrid import Hit
 
@@ -65,7 +65,7 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
                        "hits": [_hit_summary(h) for h in hits]}]}
 
 
-def _to_enrich(state: AskState, cfg) -> list[str]:
+def _to_enrich(state: AskState, cfg: AskConfig) -> list[str]:
     """The plan parts the enrich node would write now: those in mode "disagreement" that the plan lacks."""
     p = state["plan"]
     return [part for part, mode, present in (("hyde", cfg.hyde, bool(p.get("hyde"))),
