@@ -22,6 +22,7 @@ def _store_args(p: argparse.ArgumentParser) -> None:
                         "API key from $QDRANT_API_KEY")
 
 
+PLAN_MODES = ("disagreement", "always", "never")  # graph.context.PLAN_MODES, without importing the graph per call
 TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init", "decoder",
                     "device")
 
@@ -93,10 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
     _answer_args(ask)
-    ask.add_argument("--hyde", dest="hyde_mode", choices=["disagreement", "always", "never"], default=None,
+    ask.add_argument("--hyde", dest="hyde_mode", choices=PLAN_MODES, default=None,
                      help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
                           "branches' rankings of the question disagree)")
-    ask.add_argument("--decompose", dest="decompose_mode", choices=["disagreement", "always", "never"], default=None,
+    ask.add_argument("--decompose", dest="decompose_mode", choices=PLAN_MODES, default=None,
                      help="when to split the question into sub-queries (default never; disagreement: as --hyde)")
     ask.add_argument("--json", action="store_true")
     ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")

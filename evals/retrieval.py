@@ -6,8 +6,8 @@ are compared on identical inputs. Per-question rows go to a JSONL file that a re
 With a planner, each question is planned once (the LLM calls are the cost) and searched with every
 part of the plan switched on and off: "question" (no planner), "rules" (the rule-extracted keywords
 and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; each of
-those also as "<plan>-on-disagreement", what the ask graph does by default: the rules plan, with the
-LLM parts only when the rules plan's search found the branches disagreeing (query disagreement >=
+those also as "<plan>-on-disagreement", what the ask graph does in the mode "disagreement" (HyDE's
+default): the rules plan, with the LLM parts only when the rules plan's search found the branches disagreeing (query disagreement >=
 DISAGREEMENT, the default threshold; the graph's decision for a question asked of its one
 document). One run thus gives the whole planner ablation on the same plans; rows are named
 "<plan>/<method>"; the last plan (every part asked for, on disagreement) is the one reranked.
