@@ -26,7 +26,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from agents import prompts
-from agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
+from agents.answer import NOT_ANSWERABLE, PageText, answer_question, cite, page_texts, read_with_reader
 from agents.llm import invoke_llm
 from agents.planner import decompose_question, plan_question, write_hyde
 from agents.retrieval import search_plan
@@ -110,7 +110,9 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
     widen = 2 * (state.get("round", 1) - 1)  # each refinement round reads more pages
-    if cfg.answerer == "reader":
+    if not state["hits"]:  # no page matched (e.g. a scanned document whose OCR found no text): nothing to read
+        text, tokens, claims, pages = NOT_ANSWERABLE, 0, [], []
+    elif cfg.answerer == "reader":
         hits = [Hit(**h) for h in state["hits"]][: cfg.reader_pages + widen]
         pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
         text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)

@@ -60,7 +60,7 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[DocSource], list[IngestR
                 sources.append(DocSource("pdf", path.resolve()))
             elif path.is_dir():
                 known_errors = len(errors)
-                found = _scan_folder(path.resolve(), errors)
+                found = _scan_folder(path.resolve(), errors, set())
                 if not found and len(errors) == known_errors:
                     raise IngestError(f"{path}: no PDF files or page images in this folder; "
                                       "pass PDF files, folders of PDFs, or folders of PNG/JPEG page images")
@@ -69,16 +69,32 @@ def discover(paths: Iterable[Path | str]) -> tuple[list[DocSource], list[IngestR
                 raise IngestError(f"{path}: no such file or folder; check the path")
         except IngestError as e:
             errors.append(IngestResult(str(path), "failed", message=str(e)))
+        except OSError as e:
+            errors.append(IngestResult(str(path), "failed", message=unreadable(path, e)))
     return sources, errors
 
 
-def _scan_folder(folder: Path, errors: list[IngestResult]) -> list[DocSource]:
+def unreadable(path: Path | str, error: OSError) -> str:
+    """The message of a file or folder the system would not let us read (permissions, a dead link...)."""
+    return f"{path}: cannot read it ({error.strerror or error}); check that it exists and is readable"
+
+
+def _scan_folder(folder: Path, errors: list[IngestResult], seen: set[Path]) -> list[DocSource]:
     """PDFs of the folder and its subfolders; a folder holding page images and no PDF is one document.
 
-    Images next to PDFs (figures, logos) are not pages and are skipped; a broken image folder is
-    reported as its own failure and the scan goes on.
+    Images next to PDFs (figures, logos) are not pages and are skipped; a broken image folder or an
+    unreadable subfolder is reported as its own failure and the scan goes on. A folder reached again
+    through a symbolic link (a loop, or two links to one folder) is scanned once.
     """
-    entries = sorted(folder.iterdir())
+    real = folder.resolve()
+    if real in seen:
+        return []
+    seen.add(real)
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as e:
+        errors.append(IngestResult(str(folder), "failed", message=unreadable(folder, e)))
+        return []
     found = [DocSource("pdf", p) for p in entries if p.is_file() and p.suffix.lower() == ".pdf"]
     if not found and any(p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES for p in entries):
         try:
@@ -86,7 +102,7 @@ def _scan_folder(folder: Path, errors: list[IngestResult]) -> list[DocSource]:
         except IngestError as e:
             errors.append(IngestResult(str(folder), "failed", message=str(e)))
     for sub in (p for p in entries if p.is_dir() and not p.name.startswith(".")):
-        found += _scan_folder(sub, errors)
+        found += _scan_folder(sub, errors, seen)
     return found
 
 
@@ -220,7 +236,10 @@ class Ingestor:
         return results
 
     def _ingest_one(self, source: DocSource) -> IngestResult:
-        doc_id, size = content_hash(source)
+        try:
+            doc_id, size = content_hash(source)
+        except OSError as e:  # permissions, or removed since discovery: nothing was written yet
+            raise IngestError(unreadable(source.path, e)) from e
         known = self.store.find(doc_id)
         if known is not None and known.status == "ready" and known.failed_pages == 0:
             return IngestResult(str(source.path), "unchanged", doc_id, known.n_pages, known.ocr_pages, 0)

@@ -420,3 +420,34 @@ def test_images_next_to_pdfs_are_not_a_document_and_a_bad_image_folder_fails_alo
         assert results["annual.pdf"].status == "added"
         assert results["assets"].status == "failed" and "page number" in results["assets"].message
         assert [d.name for d in store.documents()] == ["annual.pdf"]
+
+
+def test_an_unreadable_file_fails_alone(tmp_path, ingest, light_pdf, monkeypatch):
+    """The system refuses to read one file (permissions; as root chmod cannot show it, so the read
+    fails by hand): that file fails with one line, the next one is still ingested."""
+    light_pdf(tmp_path / "locked.pdf", 1, tag="locked")
+    light_pdf(tmp_path / "open.pdf", 1, tag="open")
+    real_hash = ingest_module.content_hash
+
+    def refuse_locked(source):
+        if source.path.name == "locked.pdf":
+            raise PermissionError(13, "Permission denied", str(source.path))
+        return real_hash(source)
+
+    monkeypatch.setattr(ingest_module, "content_hash", refuse_locked)
+    with Store(tmp_path / "store", create=True) as store:
+        results = {Path(r.source).name: r for r in ingest(store, tmp_path / "locked.pdf", tmp_path / "open.pdf")}
+        assert results["locked.pdf"].status == "failed"
+        assert "Permission denied" in results["locked.pdf"].message and REMEDY.search(results["locked.pdf"].message)
+        assert results["open.pdf"].status == "added"
+        assert [d.name for d in store.documents()] == ["open.pdf"]
+
+
+def test_a_symlink_loop_in_a_folder_is_scanned_once(tmp_path, ingest, light_pdf):
+    root = tmp_path / "reports"
+    (root / "sub").mkdir(parents=True)
+    light_pdf(root / "a.pdf", 1, tag="alpha")
+    light_pdf(root / "sub" / "b.pdf", 1, tag="beta")
+    (root / "sub" / "up").symlink_to(root, target_is_directory=True)  # reports/sub/up -> reports
+    sources, errors = ingest_module.discover([root])
+    assert sorted(s.path.name for s in sources) == ["a.pdf", "b.pdf"] and errors == []

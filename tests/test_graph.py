@@ -142,6 +142,11 @@ def reverse_rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
     return {"hits": hits, "trace": [{"node": "rerank", "note": "reversed", "pages": [h["page"] for h in hits]}]}
 
 
+def drop_all_hits(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """A replacement rerank node that keeps no page: what a search that matched nothing leaves."""
+    return {"hits": [], "trace": [{"node": "rerank", "note": "dropped every page"}]}
+
+
 def nodes_of(trace: list[dict]) -> list[str]:
     return [entry["node"] for entry in trace]
 
@@ -413,6 +418,17 @@ def test_rerank_node_replaced_by_dotted_path(dr, report):
     read = [tuple(p) for p in answer["pages"]]
     assert read == [(doc_id, p) for p in fused[::-1][: AskConfig().pages]]
     assert read != [(doc_id, p) for p in fused[: AskConfig().pages]]
+
+
+@pytest.mark.parametrize("answerer", ["reader", "chat"])
+def test_no_page_to_read_is_not_answerable_without_reading(dr, answerer):
+    llm, seen = scripted()  # any call to the model would raise: it has no reply to give
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer=answerer, hyde="never", max_rounds=1),
+                    nodes={"rerank": f"{__name__}:drop_all_hits"})
+
+    assert seen == [] and result.answer == "Not answerable" and result.claims == []
+    (answer,) = entries(result.trace, "answer")
+    assert answer["pages"] == []
 
 
 def test_build_graph_rejects_unknown_node_names():
