@@ -434,7 +434,11 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
     if spec.startswith("local:"):
         if not spec[6:]:
             raise ValueError(f"--llm {spec!r} names no directory; use one of {', '.join(SPEC_FORMS)}")
-        return LocalChatModel(path=Path(spec[6:]))
+        path = Path(spec[6:]).expanduser()
+        if not (path / "config.json").is_file():
+            raise ValueError(f"--llm {spec!r}: no Hugging Face model at {path} (no config.json there); pass the "
+                             "directory that holds the model's config.json, tokenizer and weights")
+        return LocalChatModel(path=path)
     if spec.startswith("openai:"):
         model, _, url = spec[7:].partition("@")
         if not model or not re.match(r"https?://[^/\s]+", url):

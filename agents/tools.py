@@ -8,6 +8,7 @@ Built-in tools (bound to one store and searcher): `search_pages` (hybrid), `bm25
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from typing import Callable, Sequence
@@ -23,10 +24,21 @@ ToolFactory = Callable[[Store, HybridSearcher], BaseTool]
 
 
 def _scope(store: Store, doc: str | None) -> list[str] | None:
-    try:
-        return None if not doc else [store.resolve(doc)]
-    except StoreError as e:
-        raise ToolException(str(e)) from e
+    return None if not doc else [store.resolve(doc)]
+
+
+def _errors_as_text(fn: Callable[..., str]) -> Callable[..., str]:
+    """Bad arguments (an empty query, k < 1, an unknown document, a page out of range) and a busy
+    store become ToolExceptions, which the tool returns as text for the agent to read and correct."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs) -> str:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, StoreError) as e:
+            raise ToolException(str(e)) from e
+
+    return wrapper
 
 
 def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
@@ -49,12 +61,9 @@ def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
 
     def read_page(doc: str, page: int) -> str:
         """The markdown of one page (1-based page number)."""
-        try:
-            return store.page_markdown(store.resolve(doc), page)
-        except StoreError as e:
-            raise ToolException(str(e)) from e
+        return store.page_markdown(store.resolve(doc), page)
 
-    return [StructuredTool.from_function(fn, handle_tool_error=True)
+    return [StructuredTool.from_function(_errors_as_text(fn), handle_tool_error=True)
             for fn in (search_pages, bm25_search, visual_search, read_page)]
 
 

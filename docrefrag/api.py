@@ -82,9 +82,12 @@ class DocRefrag:
                                               encoder_id=LayoutGridEncoder(self.embedder).encoder_id)
         return self._readers[path]
 
-    def ingest(self, paths: Iterable[Path | str], workers: int | None = None,
+    def ingest(self, paths: Path | str | Iterable[Path | str], workers: int | None = None,
                show_progress: bool = False) -> list[IngestResult]:
-        """Ingest PDF files, folders of PDFs and folders of page images; see `indexes.ingest`."""
+        """Ingest PDF files, folders of PDFs and folders of page images (one path or several); see
+        `indexes.ingest`."""
+        if isinstance(paths, (str, Path)):
+            paths = [paths]
         store = self.open_store(create=True)
         with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
             return ingestor.ingest(paths)
@@ -134,6 +137,7 @@ class DocRefrag:
         from graph.context import AskConfig
 
         config = config or AskConfig()
+        chat_model = self.llm(llm)  # a bad --llm fails here, before seconds of loading the reader
         reader = self.reader(checkpoint) if config.answerer == "reader" or config.rerank else None
-        return run_ask(store, HybridSearcher(store, self.embedder), self.llm(llm), question, doc_ids, config,
+        return run_ask(store, HybridSearcher(store, self.embedder), chat_model, question, doc_ids, config,
                        on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader)

@@ -75,14 +75,19 @@ def read_checkpoint_config(path: Path | str) -> dict:
     if not (path / MANIFEST).is_file():
         raise CheckpointError(f"no reader checkpoint at {path} (no {MANIFEST}); train one with `docrefrag train` "
                               f"or pass the directory of a saved checkpoint")
-    manifest = json.loads((path / MANIFEST).read_text())["files"]
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())["files"]
+        if not isinstance(manifest, dict):
+            raise TypeError(f"'files' is a {type(manifest).__name__}")
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError is a ValueError
+        raise CheckpointError(f"reader checkpoint {path}: {MANIFEST} is damaged ({e}); save or copy it again") from e
     for name in FILES:
         if not (path / name).is_file():
             raise CheckpointError(f"reader checkpoint {path} is missing {name}; save or copy it again")
         if sha256_file(path / name) != manifest.get(name):
             raise CheckpointError(f"reader checkpoint {path}: {name} does not match its sha256 in {MANIFEST} "
                                   f"(corrupted or edited); save or copy it again")
-    config = json.loads((path / "config.json").read_text())
+    config = json.loads((path / "config.json").read_text())  # its sha256 matched: written by save_checkpoint
     if config.get("format") != FORMAT:
         raise CheckpointError(f"reader checkpoint {path} has format {config.get('format')}, this version reads {FORMAT}")
     return config

@@ -451,3 +451,13 @@ def test_a_symlink_loop_in_a_folder_is_scanned_once(tmp_path, ingest, light_pdf)
     (root / "sub" / "up").symlink_to(root, target_is_directory=True)  # reports/sub/up -> reports
     sources, errors = ingest_module.discover([root])
     assert sorted(s.path.name for s in sources) == ["a.pdf", "b.pdf"] and errors == []
+
+
+def test_api_ingest_takes_one_path_as_well_as_several(tmp_path):
+    from docrefrag import DocRefrag
+
+    missing = tmp_path / "missing.pdf"
+    with DocRefrag(store=tmp_path / "store") as api:
+        for one in (str(missing), missing):
+            (result,) = api.ingest(one)  # a lone path, not an iterable of its characters
+            assert result.status == "failed" and "check the path" in result.message

@@ -296,3 +296,10 @@ def test_make_llm_rejects_bad_specs(spec):
 def test_make_llm_checks_what_a_factory_returns():
     with pytest.raises(TypeError, match="not a LangChain chat model"):
         make_llm("builtins:dict")
+
+
+def test_make_llm_says_which_local_directory_lacks_a_model(tmp_path):
+    with pytest.raises(ValueError) as e:
+        make_llm(f"local:{tmp_path}")
+    assert type(e.value) is ValueError  # one line for the CLI, not a pydantic validation report
+    assert str(tmp_path) in str(e.value) and "config.json" in str(e.value) and "pass the directory" in str(e.value)

@@ -197,4 +197,9 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
         load_checkpoint(other, path, "enc-a")
     with pytest.raises(CheckpointError, match="no reader checkpoint"):
         read_checkpoint_config(tmp_path / "nowhere")
+    manifest = path / "manifest.json"
+    for damaged in (manifest.read_text()[:40], '{"stages": []}', '{"files": ["config.json"]}'):
+        manifest.write_text(damaged)  # cut short, or not the manifest's shape
+        with pytest.raises(CheckpointError, match="manifest.json is damaged.*save or copy it again"):
+            read_checkpoint_config(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary directories left

@@ -38,6 +38,11 @@ def test_builtin_tools_search_and_read(registry):
 def test_tool_errors_are_text_for_the_agent(registry):
     reply = registry["read_page"].invoke({"doc": "nosuchdoc", "page": 1})
     assert "no document 'nosuchdoc'" in reply and "docrefrag docs" in reply
+    assert "empty" in registry["search_pages"].invoke({"query": "  "})
+    for name in ("search_pages", "bm25_search", "visual_search"):
+        assert "k must be" in registry[name].invoke({"query": "census", "k": 0}), name
+        assert "no document 'nosuchdoc'" in registry[name].invoke({"query": "census", "doc": "nosuchdoc"}), name
+    assert "page 99" in registry["read_page"].invoke({"doc": "census.pdf", "page": 99})
 
 
 def test_tools_added_by_configuration(registry):

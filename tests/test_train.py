@@ -3,6 +3,8 @@ change, every other one stays put; a stage resumes from its state; the checkpoin
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -117,3 +119,17 @@ def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeyp
         monkeypatch.setattr(reader, "yes_logits", lambda question, tokens, v=logits: v)
         losses[name] = trainer.supervised_loss(reader, ex).item()
     assert losses["evidence first"] < 0.05 < 8.0 < losses["evidence last"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--noisy-pages", "6", "3"], r"noisy_pages \(--noisy-pages LO HI\) needs 1 <= LO <= HI, got 6 3"),
+    (["--noisy-pages", "0", "3"], r"--noisy-pages LO HI"),
+])
+def test_train_refuses_bad_example_sizes_before_any_work(tmp_path, capsys, args, message):
+    """Checked at once: before, the CLI built the corpus and ran stage 1 before stage 2 failed."""
+    from docrefrag.cli import main
+
+    assert main(["train", "all", "--out", str(tmp_path / "run"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err), err
+    assert not (tmp_path / "run").exists()
