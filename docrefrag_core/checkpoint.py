@@ -93,6 +93,11 @@ def read_checkpoint_config(path: Path | str) -> dict:
     return config
 
 
+def checkpoint_id(path: Path | str) -> str:
+    """Names a checkpoint by content (its manifest holds the sha256 of every file), wherever it lies."""
+    return sha256_file(Path(path) / MANIFEST)[:16]
+
+
 def checkpoint_reader_config(path: Path | str) -> ReaderConfig:
     return ReaderConfig(**read_checkpoint_config(path)["reader"])
 

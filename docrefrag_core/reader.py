@@ -72,6 +72,7 @@ class DocRefragReader(nn.Module):
                              f"pass ReaderConfig(hidden={hidden})")
         self.config, self.tokenizer, self.embed_question = config, tokenizer, embed_question
         self.decoder_id = decoder_fingerprint(decoder)
+        self.checkpoint_id: str | None = None  # sha256 of the loaded checkpoint's manifest (load_reader sets it)
         self.cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.norm = nn.LayerNorm(config.token_dim)
         self.projector = ChunkProjector(config)
@@ -253,7 +254,7 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
                 embed_question: QuestionEmbedder | None = None, encoder_id: str | None = None) -> DocRefragReader:
     """A reader over the decoder at `decoder` (default: the cached SmolLM2-135M-Instruct) with the trained
     parts from `checkpoint` (default: the one shipped in the package; None: untrained, for training)."""
-    from docrefrag_core.checkpoint import checkpoint_reader_config, load_checkpoint
+    from docrefrag_core.checkpoint import checkpoint_id, checkpoint_reader_config, load_checkpoint
 
     if decoder is None:
         from docrefrag_core.weights import model_dir
@@ -271,4 +272,5 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
     reader = DocRefragReader(model, tokenizer, config, embed_question).eval()
     if checkpoint is not None:
         load_checkpoint(reader, checkpoint, encoder_id)
+        reader.checkpoint_id = checkpoint_id(checkpoint)
     return reader

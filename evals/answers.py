@@ -73,10 +73,12 @@ def first_round_hits(trace: list[dict]) -> list[dict]:
 
 def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel, questions: Sequence[Question],
                      doc_ids: dict[str, str], out: Path, config: AskConfig | None = None,
-                     show_progress: bool = True, reader=None, extractor: BaseChatModel | None = None) -> list[dict]:
-    """Per-question rows (resumed from `out`, a JSONL file), one graph run per new question; with an
-    `extractor`, the answer is extracted by the official protocol before scoring."""
-    rows = load_rows(out)
+                     show_progress: bool = True, reader=None, extractor: BaseChatModel | None = None,
+                     settings: dict | None = None) -> list[dict]:
+    """Per-question rows (resumed from `out`, a JSONL file, if made with the same `settings`), one
+    graph run per new question; with an `extractor`, the answer is extracted by the official
+    protocol before scoring."""
+    rows = load_rows(out, settings)
     with open(out, "a") as f:
         for q in tqdm(questions, desc="answering", unit="q", disable=not show_progress):
             if q.qid in rows or q.doc_name not in doc_ids:

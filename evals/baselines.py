@@ -56,8 +56,8 @@ def run_pipeline(name: str, q: Question, doc_id: str, store: Store, searcher: Hy
 
 def evaluate_baselines(store: Store, searcher: HybridSearcher, reader, questions: Sequence[Question],
                        doc_ids: dict[str, str], out: Path, pipelines: Sequence[str] = PIPELINES,
-                       show_progress: bool = True) -> list[dict]:
-    done = load_rows(out)
+                       show_progress: bool = True, settings: dict | None = None) -> list[dict]:
+    done = load_rows(out, settings)
     rows = list(done.values())
     with open(out, "a") as f, torch.no_grad():
         for q in tqdm(questions, desc="baselines", unit="q", disable=not show_progress):

@@ -90,7 +90,7 @@ class RetrievalReport:
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
                        out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True,
                        planner: Callable[[str], Plan] | None = None, hyde: bool = False, decompose: bool = False,
-                       reranker: Reranker | None = None) -> RetrievalReport:
+                       reranker: Reranker | None = None, settings: dict | None = None) -> RetrievalReport:
     """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (which writes
     the HyDE passage and/or the sub-queries, as `hyde` and `decompose` say), each question is also
     searched as the ask graph's retrieve node does, once per `plan_variants`; the plan is kept in the
@@ -105,7 +105,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
         base = f"{variants[-1]}/consistency"
     if reranker is not None:
         methods = [*methods, "reranked"]
-    done = {qid: r for qid, r in load_rows(out).items() if all(m in r for m in methods)}  # rows of another setup: redone
+    done = {qid: r for qid, r in load_rows(out, settings).items() if all(m in r for m in methods)}  # other methods: redone
     skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
     rows = list(done.values())
     with open(out, "a") as f:

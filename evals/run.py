@@ -42,6 +42,21 @@ def prepare(benchmark: Benchmark, data_dir: Path, store: Store, limit: int | Non
     return present, doc_ids, len(missing)
 
 
+def model_identity(model) -> dict | None:
+    """What names a chat model or a Doc-REFRAG reader in a run's settings (None: not used)."""
+    if model is None:
+        return None
+    if hasattr(model, "checkpoint_id"):  # a DocRefragReader
+        return {"reader": model.checkpoint_id, "decoder": model.decoder_id}
+    return {"type": model._llm_type, **model._identifying_params,
+            "base_url": getattr(model, "openai_api_base", None)}  # an OpenAI-compatible endpoint's address
+
+
+def run_settings(store: Store, config: dict | None = None, **models) -> dict:
+    """A run's settings: its logs resume only under the same ones (evals.jsonl)."""
+    return {"encoder": store.encoder_id, "config": config, **{k: model_identity(m) for k, m in models.items()}}
+
+
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
                   limit: int | None = None, show_progress: bool = True, llm=None, hyde: bool = False,
                   decompose: bool = False, reader=None) -> RetrievalReport:
@@ -60,11 +75,12 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
         reranker = reader_reranker(reader, store)
     setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", "-rerank" if reader else ""])
     benchmark_setting = f"{benchmark}{setting}"
+    settings = run_settings(store, planner_llm=llm if planner is not None else None, reader=reader)
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
                                 show_progress=show_progress, planner=planner, hyde=hyde, decompose=decompose,
-                                reranker=reranker)
+                                reranker=reranker, settings=settings)
     report.skipped["document_missing"] += missing
-    summary = {"benchmark": benchmark, "date": date.today().isoformat(),
+    summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
     (out_dir / f"{benchmark_setting}-retrieval.json").write_text(json.dumps(summary, indent=2))
     plotted = report.methods if planner is None else {m: v for m, v in report.methods.items()
@@ -86,7 +102,8 @@ def run_baselines(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
 
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     rows = evaluate_baselines(store, HybridSearcher(store, embedder), reader, present, doc_ids,
-                              out_dir / f"{benchmark}-baselines.jsonl", show_progress=show_progress)
+                              out_dir / f"{benchmark}-baselines.jsonl", show_progress=show_progress,
+                              settings=run_settings(store, reader=reader))
     table = summary_table(rows)
     (out_dir / f"{benchmark}-baselines.md").write_text(
         f"# {benchmark} reader baselines ({len(rows)} questions, {date.today().isoformat()}; "
@@ -101,9 +118,12 @@ def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, ll
     with an `extractor` chat model, answers are extracted by the official protocol first."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     name = f"{benchmark}{'-extract' if extractor is not None else ''}"  # rows with and without extraction differ
+    settings = run_settings(store, llm=llm, reader=reader, extractor=extractor, config=asdict(config or AskConfig()))
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
-                            out_dir / f"{name}-answers.jsonl", config, show_progress, reader, extractor)
-    summary = {"benchmark": benchmark, "date": date.today().isoformat(), "skipped_document_missing": missing,
+                            out_dir / f"{name}-answers.jsonl", config, show_progress, reader, extractor, settings)
+    summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,
+               "skipped_document_missing": missing,
+               "skipped_document_failed": sum(q.doc_name not in doc_ids for q in present),
                **summarise(benchmark, rows, extractor_name if extractor is not None else None)}
     (out_dir / f"{name}-answers.json").write_text(json.dumps(summary, indent=2, default=str))
     plot = None

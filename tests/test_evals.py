@@ -77,6 +77,34 @@ def test_jsonl_log_resumes(tmp_path):
     assert load_rows(log) == {"a": {"qid": "a", "v": 1}, "b": {"qid": "b", "v": 2}}
 
 
+def test_a_log_resumes_only_under_its_own_settings(tmp_path, caplog):
+    log = tmp_path / "runs" / "x-answers.jsonl"
+    settings = {"llm": {"type": "openai-chat", "model": "m", "base_url": "http://127.0.0.1:8000/v1"},
+                "config": {"tau": 0.5, "pages": (3, 5)}}
+    assert load_rows(log, settings) == {}  # a new log takes the run's settings
+    log.write_text(json.dumps({"qid": "a", "v": 1}) + "\n")
+    assert load_rows(log, settings) == {"a": {"qid": "a", "v": 1}}  # tuples compare as they read back
+    other = {**settings, "config": {"tau": 0.9, "pages": (3, 5)}}
+    with pytest.raises(ValueError, match=r"1 rows made with other settings \(config differ.*another --out"):
+        load_rows(log, other)
+    assert json.loads((tmp_path / "runs" / "x-answers.settings.json").read_text())["config"]["tau"] == 0.5
+    (tmp_path / "runs" / "x-answers.settings.json").unlink()  # a log of an older version: adopted, with a warning
+    assert load_rows(log, other) == {"a": {"qid": "a", "v": 1}} and "no settings record" in caplog.text
+    with pytest.raises(ValueError, match="other settings"):
+        load_rows(log, settings)
+
+
+def test_run_settings_tell_models_apart():
+    from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
+
+    from agents.llm import make_llm
+    from evals.run import model_identity
+
+    a, b = (make_llm(f"openai:m@http://127.0.0.1:{port}/v1") for port in (8000, 8001))
+    assert model_identity(a) != model_identity(b) and model_identity(a)["model"] == "m"
+    assert model_identity(ParrotFakeChatModel()) != model_identity(a) and model_identity(None) is None
+
+
 def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder, monkeypatch):
     from agents.schemas import Plan
     from evals.datasets import Question
