@@ -123,13 +123,24 @@ class DocRefrag:
         """Answer `question` from the store's documents (or `doc`), with citations and a trace.
 
         `on_event(node, update)` is called as each graph node finishes (streaming). The run is
-        checkpointed in STORE/checkpoints.sqlite under `thread_id` (a new id if None). `checkpoint` is
-        the Doc-REFRAG reader's (default: the one shipped in the package).
+        checkpointed in STORE/checkpoints.sqlite under `thread_id` (a new id if None); a failed run's
+        error carries its id, and `resume` continues it. `checkpoint` is the Doc-REFRAG reader's
+        (default: the one shipped in the package).
         """
-        from graph.run import run_ask
-
         if not question.strip():
             raise ValueError("the question is empty")
+        return self._run(question, doc, llm, config, on_event, thread_id, nodes, checkpoint, resume=False)
+
+    def resume(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,
+               on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None,
+               checkpoint: Path | str | None = None) -> "AskResult":
+        """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
+        with its own question and documents; pass the options it was started with."""
+        return self._run("", None, llm, config, on_event, thread_id, nodes, checkpoint, resume=True)
+
+    def _run(self, question: str, doc, llm, config, on_event, thread_id, nodes, checkpoint, resume: bool) -> "AskResult":
+        from graph.run import run_ask
+
         store = self.open_store()
         if not store.ready_ids():
             raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
@@ -140,4 +151,4 @@ class DocRefrag:
         chat_model = self.llm(llm)  # a bad --llm fails here, before seconds of loading the reader
         reader = self.reader(checkpoint) if config.answerer == "reader" or config.rerank else None
         return run_ask(store, HybridSearcher(store, self.embedder), chat_model, question, doc_ids, config,
-                       on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader)
+                       on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader, resume=resume)

@@ -88,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     docs.add_argument("--json", action="store_true")
 
     ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")
-    ask.add_argument("question")
+    ask.add_argument("question", nargs="?", default=None)
+    ask.add_argument("--resume", metavar="RUN_ID", default=None,
+                     help="continue the unfinished run RUN_ID (printed when a run fails) instead of asking anew; "
+                          "pass the options it was started with")
     _store_args(ask)
     ask.add_argument("--doc", action="append", default=None, help="restrict to this document (id, prefix or name); repeatable")
     ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # every error reaches the user as one line; -v adds the traceback
         if args.verbose:
             logging.getLogger("docrefrag").exception("failed")
-        print(f"error: {e}", file=sys.stderr)
+        print(" ".join(["error:", str(e), *getattr(e, "__notes__", ())]), file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -307,9 +310,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
                 detail["pages"] = [h["page"] for h in entry["hits"][:5]]
             print(f"[{node}] {json.dumps(detail, default=str)[:160]}", file=sys.stderr, flush=True)
 
+    if (args.question is None) == (args.resume is None):
+        raise ValueError("pass a question, or --resume RUN_ID to continue an unfinished run (not both)")
+    events = None if args.quiet or args.json else show
     with _api(args) as dr:
-        result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=config, checkpoint=args.checkpoint,
-                        on_event=None if args.quiet or args.json else show)
+        if args.resume:
+            if args.doc:
+                raise ValueError("--resume continues a run on its own documents; drop --doc")
+            result = dr.resume(args.resume, llm=args.llm, config=config, checkpoint=args.checkpoint, on_event=events)
+        else:
+            result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=config, checkpoint=args.checkpoint,
+                            on_event=events)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:
         print(json.dumps(asdict(result), indent=2, default=str))

@@ -46,8 +46,9 @@ def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     started = time.time()  # the run's clock (time to first answer, time budget) includes the planning
     p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose == "always",
                              hyde=cfg.hyde == "always")
-    return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,
-            "query_disagreement": 0.0, "enriched": False,  # a reused thread starts afresh
+    return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,  # a reused thread starts afresh:
+            "query_disagreement": 0.0, "enriched": False, "ttft_s": None, "answer": "", "claims": [], "verdict": {},
+            "read": [],
             "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
 
 
@@ -126,7 +127,7 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
               "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text} for p in pages],
               "tokens": state.get("tokens", 0) + tokens,
               "trace": [{"node": "answer", "answer": text, "pages": [(p.doc_id, p.page) for p in pages]}]}
-    if "ttft_s" not in state:
+    if state.get("ttft_s") is None:
         update["ttft_s"] = time.time() - state.get("started_at", time.time())
     return update
 

@@ -36,9 +36,14 @@ class AskResult:
 def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question: str,
             doc_ids: Sequence[str] | None = None, config: AskConfig | None = None,
             checkpoints: Path | None = None, on_event: Callable[[str, dict], None] | None = None,
-            thread_id: str | None = None, nodes: dict | None = None, reader=None) -> AskResult:
+            thread_id: str | None = None, nodes: dict | None = None, reader=None, resume: bool = False) -> AskResult:
     """Run the graph on `question`; `checkpoints` is the SQLite file of the checkpointer. `reader` (a
-    DocRefragReader) is required when the config's answerer is "reader" or it reranks."""
+    DocRefragReader) is required when the config's answerer is "reader" or it reranks.
+
+    A run that fails (a dead LLM endpoint) keeps its checkpoint; the error carries a note with its
+    run id. `resume=True` continues the unfinished run `thread_id` from its last checkpoint (its
+    own question; `question` is ignored); the trace then covers the whole run. A new question on a
+    used `thread_id` starts afresh and its result holds only its own trace."""
     config = config or AskConfig()
     if reader is None and (config.answerer == "reader" or config.rerank):
         raise ValueError("this AskConfig reads or reranks with the Doc-REFRAG reader: pass reader=..., "
@@ -55,14 +60,24 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
     with closing(sqlite3.connect(checkpoints or store.root / "checkpoints.sqlite", check_same_thread=False)) as conn:
         graph = build_graph(nodes, checkpointer=SqliteSaver(conn))
         run = {"configurable": {"thread_id": thread_id}}
-        inputs = {"question": question, "doc_ids": list(doc_ids) if doc_ids is not None else None, "trace": []}
-        for update in graph.stream(inputs, run, context=context, stream_mode="updates"):
-            for node, values in update.items():
-                if on_event is not None:
-                    on_event(node, values or {})
+        before = graph.get_state(run)
+        if resume and not before.next:
+            raise ValueError(f"run {thread_id} has nothing to resume: it finished, or no run has that id in "
+                             f"{checkpoints or store.root / 'checkpoints.sqlite'}")
+        inputs = None if resume else {"question": question, "doc_ids": list(doc_ids) if doc_ids is not None else None}
+        earlier = 0 if resume else len(before.values.get("trace", []))  # entries of a previous run on this thread
+        try:
+            for update in graph.stream(inputs, run, context=context, stream_mode="updates"):
+                for node, values in update.items():
+                    if on_event is not None:
+                        on_event(node, values or {})
+        except Exception as e:
+            e.add_note(f"(run id {thread_id}: its checkpoint is kept; `docrefrag ask --resume {thread_id}` "
+                       "continues it with the same options)")
+            raise
         state = graph.get_state(run).values
     verdict = state.get("verdict", {})
-    return AskResult(question=question, answer=state.get("answer", ""), claims=state.get("claims", []),
+    return AskResult(question=state.get("question", question), answer=state.get("answer", ""), claims=state.get("claims", []),
                      confidence=float(verdict.get("confidence", 0.0)), rounds=int(state.get("round", 1)),
-                     seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s", 0.0)),
-                     tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", []))
+                     seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s") or 0.0),
+                     tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", [])[earlier:])

@@ -21,5 +21,5 @@ class AskState(TypedDict, total=False):
     round: int  # 1-based retrieval round
     tokens: int  # LLM output tokens spent so far
     started_at: float  # time.time() at the start of the run
-    ttft_s: float  # seconds until the answer's first (and only) generation finished
+    ttft_s: float | None  # seconds until the answer's first (and only) generation finished; None before
     trace: Annotated[list[dict], operator.add]  # one entry per node run, appended

@@ -482,8 +482,45 @@ def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
     snapshot = read_state(store_dir, "failed-run")
     assert snapshot.next == ("answer",)
     assert snapshot.values["plan"]["hyde"] == HYDE and snapshot.values["hits"]
-    assert "answer" not in snapshot.values
+    assert not snapshot.values.get("answer")
     assert nodes_of(snapshot.values["trace"]) == ["plan", "retrieve", "rerank"]
+
+
+def test_a_failed_run_names_its_id_and_resumes_where_it_stopped(dr):
+    config = AskConfig(answerer="chat", hyde="always")
+    llm, _ = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
+    with pytest.raises(LLMUnavailableError) as failure:
+        dr.ask(QUESTION, llm=llm, config=config, thread_id="resumable")
+    assert any("run id resumable" in note and "--resume resumable" in note for note in failure.value.__notes__)
+
+    llm, seen = scripted("4,812", "Yes")  # the endpoint is back: only the answer and the validation are left
+    result = dr.resume("resumable", llm=llm, config=config)
+    assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
+    assert result.question == QUESTION and result.answer == "4,812" and result.confidence == 1.0
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    with pytest.raises(ValueError, match="nothing to resume"):
+        dr.resume("resumable", llm=llm, config=config)  # finished
+    with pytest.raises(ValueError, match="nothing to resume"):
+        dr.resume("no-such-run", llm=llm, config=config)
+
+
+def test_a_reused_thread_reports_only_its_own_run(dr):
+    config = AskConfig(answerer="chat", hyde="always", max_rounds=1)
+    first = dr.ask(QUESTION, llm=scripted(HYDE, "Southport", "No")[0], config=config, thread_id="reused")
+    second = dr.ask(QUESTION, llm=scripted(HYDE, "4,812", "Yes")[0], config=config, thread_id="reused")
+    assert first.answer == "Southport" and second.answer == "4,812"
+    assert nodes_of(second.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    assert entries(second.trace, "answer")[0]["answer"] == "4,812"
+    assert 0 < second.ttft_s <= second.seconds and second.ttft_s != first.ttft_s  # measured on this run
+
+
+@pytest.mark.parametrize("args", [[], ["a question", "--resume", "abc"], ["--resume", "abc", "--doc", "x"]])
+def test_cli_ask_takes_a_question_or_a_run_to_resume(tmp_path, capsys, args):
+    from docrefrag.cli import main
+
+    assert main(["ask", *args, "--store", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("--resume RUN_ID" in err or "drop --doc" in err), err
 
 
 def test_cli_llm_failure_is_one_line(tmp_path, ingest, light_pdf):
