@@ -19,7 +19,7 @@ from indexes.fusion import DEFAULT_METHOD, FusionMethod
 from indexes.hybrid import Hit, HybridSearcher
 from indexes.ingest import IngestResult, Ingestor
 from indexes.errors import StoreError
-from indexes.store import DocInfo, Store
+from indexes.store import DocInfo, Store, unfinished_summary
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -96,8 +96,18 @@ class DocRefrag:
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
         """Top-k pages for `query` (1-based page numbers), optionally within documents `doc`."""
         store = self.open_store()
+        self._require_documents(store)
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
+
+    def _require_documents(self, store: Store) -> None:
+        if store.ready_ids():
+            return
+        unfinished = [d for d in store.documents() if d.status != "ready"]
+        if unfinished:
+            raise StoreError(f"the store at {self.store_path} has no finished document, only partly ingested ones "
+                             f"({unfinished_summary(unfinished)}); rerun `docrefrag ingest` on them to finish")
+        raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
 
     def docs(self) -> list[DocInfo]:
         return self.open_store().documents()
@@ -142,8 +152,7 @@ class DocRefrag:
         from graph.run import run_ask
 
         store = self.open_store()
-        if not store.ready_ids():
-            raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
+        self._require_documents(store)
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         from graph.context import AskConfig
 

@@ -252,9 +252,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     with _api(args) as dr:
-        if not dr.docs():
-            print(f"the store at {dr.store_path} has no documents; add some with `docrefrag ingest PATH`", file=sys.stderr)
-            return EXIT_ERROR
         hits = dr.search(args.query, k=args.k, doc=args.doc, method=args.fusion)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:

@@ -72,6 +72,11 @@ class DocInfo:
     added_at: float
 
 
+def unfinished_summary(docs: list[DocInfo]) -> str:
+    """'name: 40/120 pages, ...' of documents an interrupted ingest left unfinished."""
+    return ", ".join(f"{d.name}: {d.pages_done}/{d.n_pages} pages" for d in docs)
+
+
 @dataclass(frozen=True)
 class PageRecord:
     doc_id: str
@@ -209,6 +214,10 @@ class Store:
         if len(ids) == 1:
             return ids[0]
         if not ids:
+            unfinished = [d for d in self.documents() if d.status != "ready" and (d.doc_id.startswith(doc) or d.name == doc)]
+            if unfinished:
+                raise StoreError(f"{doc!r} is only partly ingested ({unfinished_summary(unfinished)}); "
+                                 "rerun `docrefrag ingest` on it to finish")
             raise StoreError(f"no document {doc!r} in the store at {self.root}; `docrefrag docs` lists them")
         raise StoreError(f"{doc!r} matches {len(ids)} documents ({', '.join(ids)}); pass a full doc id")
 

@@ -24,6 +24,7 @@ import pytest
 from docrefrag_core.chunking import retrieval_vectors
 from docrefrag_core.synthetic import sample_report
 from indexes import ingest as ingest_module
+from indexes.errors import StoreError
 from indexes.hybrid import HybridSearcher
 from indexes.ingest import RETRIEVAL_K, Ingestor
 from indexes.pages import DocSource, PageParser
@@ -349,6 +350,8 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
         assert hits and {h.doc_id for h in hits} == {ready.doc_id}
         assert searcher.search("station s001", k=5, doc_ids=[partial.doc_id]) == []
         assert not any(k[0] == partial.doc_id for k in store.bm25().page_keys)
+        with pytest.raises(StoreError, match=r"'big.pdf' is only partly ingested \(big.pdf: \d+/40 pages\); rerun"):
+            store.resolve("big.pdf")
 
     rerun = subprocess.run(command, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert "Traceback" not in rerun.stdout + rerun.stderr
