@@ -101,7 +101,12 @@ class DocRefrag:
         return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
 
     def _require_documents(self, store: Store) -> None:
+        """Refuse a store with nothing to search, or one whose pages another page encoder encoded."""
         if store.ready_ids():
+            from docrefrag_core.page_encoder import LayoutGridEncoder
+
+            encoder = LayoutGridEncoder(self.embedder)
+            store.check_encoder(encoder.encoder_id, encoder.text_dim)
             return
         unfinished = [d for d in store.documents() if d.status != "ready"]
         if unfinished:

@@ -464,3 +464,17 @@ def test_api_ingest_takes_one_path_as_well_as_several(tmp_path):
         for one in (str(missing), missing):
             (result,) = api.ingest(one)  # a lone path, not an iterable of its characters
             assert result.status == "failed" and "check the path" in result.message
+
+
+def test_a_store_of_another_page_encoder_is_refused_for_search_and_ask(tmp_path, ingest, light_pdf):
+    from docrefrag import DocRefrag
+
+    with Store(tmp_path / "store", create=True) as store:
+        ingest(store, light_pdf(tmp_path / "survey.pdf", 1, tag="census"))
+        with store.db:  # as if an older docrefrag, with another encoder, had built it
+            store.db.execute("UPDATE meta SET value = 'layoutgrid-old' WHERE key = 'encoder_id'")
+    with DocRefrag(store=tmp_path / "store") as api:
+        with pytest.raises(StoreError, match="holds tokens of encoder 'layoutgrid-old'.*new --store"):
+            api.search("census")
+        with pytest.raises(StoreError, match="holds tokens of encoder 'layoutgrid-old'"):
+            api.ask("How many otters?", llm="builtins:dict")
