@@ -50,7 +50,8 @@ def save_checkpoint(reader, path: Path | str, encoder_id: str, stages: list[dict
                 if "lora_" in n}
         save_file(lora, tmp / "lora.safetensors")
         config = {"format": FORMAT, "reader": asdict(reader.config), "encoder_id": encoder_id,
-                  "decoder_id": reader.decoder_id, "stages": stages}
+                  "decoder_id": reader.decoder_id, "decoder_path": reader.decoder_path,  # None: the default decoder
+                  "stages": stages}
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         (tmp / MANIFEST).write_text(json.dumps({"files": {f: sha256_file(tmp / f) for f in FILES}}, indent=1))
         tmp.chmod(0o755)  # mkdtemp and safetensors create owner-only files; a checkpoint is shared data

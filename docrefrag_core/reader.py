@@ -73,6 +73,7 @@ class DocRefragReader(nn.Module):
         self.config, self.tokenizer, self.embed_question = config, tokenizer, embed_question
         self.decoder_id = decoder_fingerprint(decoder)
         self.checkpoint_id: str | None = None  # sha256 of the loaded checkpoint's manifest (load_reader sets it)
+        self.decoder_path: str | None = None  # the decoder's directory when it is not the default (load_reader)
         self.cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.norm = nn.LayerNorm(config.token_dim)
         self.projector = ChunkProjector(config)
@@ -256,10 +257,20 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
     parts from `checkpoint` (default: the one shipped in the package; None: untrained, for training)."""
     from docrefrag_core.checkpoint import checkpoint_id, checkpoint_reader_config, load_checkpoint
 
-    if decoder is None:
+    chosen = decoder
+    if chosen is None and checkpoint is not None:  # a checkpoint trained on another decoder names it
+        from docrefrag_core.checkpoint import CheckpointError, read_checkpoint_config
+
+        chosen = read_checkpoint_config(checkpoint).get("decoder_path")
+        if chosen is not None and not Path(chosen).is_dir():
+            raise CheckpointError(f"reader checkpoint {checkpoint} was trained with the decoder at {chosen}, which "
+                                  "is not there any more; put it back, or retrain with the default decoder")
+    if chosen is None:
         from docrefrag_core.weights import model_dir
 
         decoder = model_dir("smollm2")
+    else:
+        decoder = chosen
     if embed_question is None or encoder_id is None:
         from docrefrag_core.page_encoder import default_encoder
 
@@ -270,6 +281,7 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
     config = (checkpoint_reader_config(checkpoint) if checkpoint is not None
               else ReaderConfig(hidden=model.get_input_embeddings().embedding_dim))
     reader = DocRefragReader(model, tokenizer, config, embed_question).eval()
+    reader.decoder_path = None if chosen is None else str(Path(chosen).resolve())
     if checkpoint is not None:
         load_checkpoint(reader, checkpoint, encoder_id)
         reader.checkpoint_id = checkpoint_id(checkpoint)

@@ -133,3 +133,18 @@ def test_train_refuses_bad_example_sizes_before_any_work(tmp_path, capsys, args,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(message, err), err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_trained_on_another_decoder_loads_it_by_itself(trainer, tiny_decoder, tmp_path):
+    from docrefrag_core.checkpoint import CheckpointError, save_checkpoint
+    from docrefrag_core.reader import load_reader
+
+    config = trainer.config
+    trainer.run("stage1", command="test stage1")
+    embed, encoder_id = trainer.encoder.embedder.embed_queries, trainer.encoder.encoder_id
+    reader = load_reader(checkpoint_path(config, "stage1"), embed_question=embed, encoder_id=encoder_id)
+    assert reader.decoder_path == str(tiny_decoder.resolve()) and reader.config.hidden == 32  # not the default's 576
+    reader.decoder_path = str(tmp_path / "moved-away")
+    save_checkpoint(reader, tmp_path / "ckpt", encoder_id, [])
+    with pytest.raises(CheckpointError, match="trained with the decoder at .*moved-away, which is not there"):
+        load_reader(tmp_path / "ckpt", embed_question=embed, encoder_id=encoder_id)
