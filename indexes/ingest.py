@@ -241,8 +241,13 @@ class Ingestor:
         except OSError as e:  # permissions, or removed since discovery: nothing was written yet
             raise IngestError(unreadable(source.path, e)) from e
         known = self.store.find(doc_id)
+        moved = ""
+        if known is not None and known.source != str(source.path) and not Path(known.source).exists():
+            # the same content at a new place, the old one gone: a move; a later edit here must replace it
+            self.store.relocate(doc_id, source.name, str(source.path))
+            moved = f"moved here from {known.source}"
         if known is not None and known.status == "ready" and known.failed_pages == 0:
-            return IngestResult(str(source.path), "unchanged", doc_id, known.n_pages, known.ocr_pages, 0)
+            return IngestResult(str(source.path), "unchanged", doc_id, known.n_pages, known.ocr_pages, 0, message=moved)
         n_pages, warning = inspect_source(source)
         replaces = any(d.source == str(source.path) and d.doc_id != doc_id for d in self.store.documents())
         self.store.begin_document(doc_id, source.name, str(source.path), source.kind, n_pages, size)
@@ -259,7 +264,7 @@ class Ingestor:
         info = self.store.find(doc_id)
         status: Status = "resumed" if known is not None else ("replaced" if replaces else "added")
         errors = self.store.page_errors(doc_id)
-        notes = [warning] if warning else []
+        notes = [note for note in (moved, warning) if note]
         notes += errors[:3] + ([f"and {len(errors) - 3} more failed pages"] if len(errors) > 3 else [])
         return IngestResult(str(source.path), status, doc_id, info.n_pages, info.ocr_pages, info.failed_pages,
                             message="; ".join(notes), timings=timings)

@@ -309,6 +309,11 @@ class Store:
             self.db.execute("INSERT OR IGNORE INTO documents VALUES (?, ?, ?, ?, ?, ?, 'ingesting', ?)",
                             (doc_id, name, source, kind, n_pages, size, time.time()))
 
+    def relocate(self, doc_id: str, name: str, source: str) -> None:
+        """The document's file was moved (or its folder renamed): record where it is now."""
+        with self.db:
+            self.db.execute("UPDATE documents SET name = ?, source = ? WHERE doc_id = ?", (name, source, doc_id))
+
     def pages_done(self, doc_id: str) -> set[int]:
         """Pages stored without error (a failed page is retried by the next ingest)."""
         return {r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? AND error IS NULL", (doc_id,))}

@@ -103,6 +103,24 @@ def test_changed_file_replaces_its_old_version(tmp_path, store, ingest, counts, 
     check_consistent(store)
 
 
+def test_a_moved_file_is_followed_and_its_next_edit_replaces_it(tmp_path, store, ingest, check_consistent):
+    draft = tmp_path / "draft" / "report.pdf"
+    draft.parent.mkdir()
+    sample_report(draft, pages=2, seed=1)
+    (old,) = ingest(store, draft)
+    final = tmp_path / "final" / "report.pdf"
+    final.parent.mkdir()
+    draft.rename(final)
+    (moved,) = ingest(store, final)
+    assert (moved.status, moved.doc_id) == ("unchanged", old.doc_id) and f"moved here from {draft}" in moved.message
+    assert [d.source for d in store.documents()] == [str(final)]
+
+    sample_report(final, pages=2, seed=2)  # edited where it now lies
+    (new,) = ingest(store, final)
+    assert new.status == "replaced" and [d.doc_id for d in store.documents()] == [new.doc_id]
+    check_consistent(store)
+
+
 def _render_pages(pdf: Path, folder: Path, numbers: list[int]) -> None:
     """Render page i of `pdf` to folder/page_{numbers[i]}.png at 144 dpi."""
     folder.mkdir(parents=True, exist_ok=True)
