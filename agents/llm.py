@@ -18,7 +18,6 @@ Other exceptions (a rejected key, a bad request) pass through untouched.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import itertools
 import json
@@ -45,6 +44,8 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_openai import ChatOpenAI
 from pydantic import Field, model_validator
+
+from agents.plugins import load_object
 
 logger = logging.getLogger(__name__)
 
@@ -447,13 +448,13 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
         return OpenAIEndpoint(model=model, base_url=url, api_key=os.environ.get("OPENAI_API_KEY", "not-needed"),
                               timeout=timeout, retries=max_retries, backoff=backoff)
     if re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", spec):
-        module, _, name = spec.partition(":")
         try:
-            factory = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"--llm {spec!r}: cannot load {name} from {module} ({e})") from e
+            factory = load_object(spec, "package.module:factory")
+        except ValueError as e:
+            raise ValueError(f"--llm {spec!r}: {e}") from e
         llm = factory()
         if not isinstance(llm, BaseChatModel):
-            raise TypeError(f"--llm {spec!r}: {name}() returned a {type(llm).__name__}, not a LangChain chat model")
+            raise TypeError(f"--llm {spec!r}: {spec.partition(':')[2]}() returned a {type(llm).__name__}, "
+                            "not a LangChain chat model")
         return llm
     raise ValueError(f"--llm {spec!r} is not a model spec; use one of {', '.join(SPEC_FORMS)}")

@@ -9,13 +9,13 @@ Built-in tools (bound to one store and searcher): `search_pages` (hybrid), `bm25
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 from typing import Callable, Sequence
 
 import numpy as np
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
+from agents.plugins import load_object
 from indexes.errors import StoreError
 from indexes.hybrid import HybridSearcher
 from indexes.store import Store
@@ -87,10 +87,6 @@ class ToolRegistry:
     def from_config(cls, store: Store, searcher: HybridSearcher, extra: Sequence[str] = ()) -> "ToolRegistry":
         registry = cls(builtin_tools(store, searcher))
         for path in extra:
-            module, _, name = path.partition(":")
-            try:
-                factory: ToolFactory = getattr(importlib.import_module(module), name)
-            except (ImportError, AttributeError, ValueError) as e:
-                raise ValueError(f"cannot load tool factory {path!r} (expected 'package.module:factory'): {e}") from e
+            factory: ToolFactory = load_object(path, "package.module:factory")
             registry.add(factory(store, searcher))
         return registry

@@ -15,7 +15,6 @@ dotted import path "package.module:function" from the CLI/API configuration).
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from dataclasses import asdict
@@ -29,6 +28,7 @@ from agents import prompts
 from agents.answer import NOT_ANSWERABLE, PageText, answer_question, cite, page_texts, read_with_reader
 from agents.llm import invoke_llm
 from agents.planner import decompose_question, plan_question, write_hyde
+from agents.plugins import load_object
 from agents.retrieval import search_plan
 from agents.schemas import Claim, Plan
 from agents.validation import validate
@@ -177,24 +177,13 @@ NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "enrich": enrich, 
                           "validate": validate_answer, "refine": refine}
 
 
-def load_callable(path: str) -> Callable:
-    """"package.module:function" -> the function (for replacing nodes and adding tools by configuration)."""
-    module, _, name = path.partition(":")
-    if not module or not name:
-        raise ValueError(f"expected 'package.module:function', got {path!r}")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"cannot import {path!r}: {e}") from e
-
-
 def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
     """Compile the ask graph; `nodes` replaces any of NODES by a callable or a dotted path."""
     chosen = dict(NODES)
     for name, node in (nodes or {}).items():
         if name not in NODES:
             raise ValueError(f"unknown node {name!r}; the graph's nodes are {', '.join(NODES)}")
-        chosen[name] = load_callable(node) if isinstance(node, str) else node
+        chosen[name] = load_object(node) if isinstance(node, str) else node
     builder = StateGraph(AskState, context_schema=AskContext)
     for name, fn in chosen.items():
         builder.add_node(name, fn)
