@@ -395,13 +395,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from docrefrag_core.reader import DEFAULT_CHECKPOINT
     from docrefrag_core.train import STAGES, TrainConfig, train
+    from evals.scoring import mmlongbench_score
+    from indexes.corpus import CorpusIndex
 
     config = TrainConfig(**{f: getattr(args, f) for f in TrainConfigFlags if getattr(args, f) is not None},
                          curriculum=not args.no_curriculum)
     if args.noisy_pages:
         config = replace(config, examples=replace(config.examples, noisy_pages=tuple(args.noisy_pages)))
     stages = list(STAGES) if args.stage == "all" else [args.stage]
-    checkpoint = train(stages, config, show_progress=sys.stderr.isatty())
+    checkpoint = train(stages, config, CorpusIndex, mmlongbench_score, show_progress=sys.stderr.isatty())
     print(f"checkpoint: {checkpoint}")
     if args.ship:
         tmp = DEFAULT_CHECKPOINT.with_name(".reader.new")

@@ -3,7 +3,7 @@ among hard negatives retrieved from the whole corpus with our own index.
 
 For a question whose evidence is pages E of document d, every ready document of the store (d's
 other pages included) is ranked by the hybrid search (BM25 + visual index, fused as
-`HybridSearcher.search` does); E is taken out of the ranking, its first `drop_top` pages (3) are
+`HybridSearcher.search` does; any searcher with the `PageSearch` interface serves); E is taken out of the ranking, its first `drop_top` pages (3) are
 dropped, since near the top they may still answer the question, and the next m ~ U[m_min, m_max]
 pages (20-30) are the hard negatives. The negatives are shuffled, so that a page's position tells
 nothing of its retrieval rank. The evidence pages then go first ("head", in their given order) or
@@ -24,18 +24,23 @@ import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, Protocol
 
-import numpy as np
 from tqdm import tqdm
 
 from docrefrag_core.synthetic import Fact
-from indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod, fuse
-from indexes.hybrid import HybridSearcher
 
 logger = logging.getLogger(__name__)
 
 Placement = Literal["head", "random"]
+
+
+class PageSearch(Protocol):
+    """What the builder needs of the page index (indexes.hybrid.HybridSearcher has it)."""
+
+    store: Any  # .find(doc_id) -> the document's name, n_pages and status ("ready"); .root
+
+    def ranked_pages(self, query: str, k: int, method: str) -> list[tuple[str, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,8 @@ class NoiseConfig:
     placement: Placement = field(default="head", metadata={
         "help": "head: evidence pages first; random: each at a random position"})
     seed: int = field(default=0, metadata={"help": "seed of the negatives' count, order and the placement"})
-    method: FusionMethod = field(default=DEFAULT_METHOD, metadata={"help": "fusion of the BM25 and dense rankings"})
+    method: str = field(default="consistency", metadata={
+        "help": "fusion of the BM25 and dense rankings (indexes.fusion.METHODS; the searcher checks it)"})
 
     def __post_init__(self) -> None:
         if not 1 <= self.m_min <= self.m_max:
@@ -82,19 +88,9 @@ class NoiseConfig:
             raise ValueError(f"drop_top must be >= 0, got {self.drop_top}")
         if self.placement not in ("head", "random"):
             raise ValueError(f"placement must be 'head' or 'random', got {self.placement!r}")
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
 
 
-def ranked_pages(searcher: HybridSearcher, question: str, k: int,
-                 method: FusionMethod = DEFAULT_METHOD) -> list[tuple[str, int]]:
-    """The corpus's pages most similar to `question` (at least k when the corpus has them), best first."""
-    cands = searcher.candidates(question, None, k)
-    order = np.argsort(-fuse(cands.sparse, cands.dense, method), kind="stable")
-    return [cands.keys[i] for i in order]
-
-
-def build_sequence(searcher: HybridSearcher, q: EvidenceQuestion, config: NoiseConfig = NoiseConfig()) -> NoisySequence:
+def build_sequence(searcher: PageSearch, q: EvidenceQuestion, config: NoiseConfig = NoiseConfig()) -> NoisySequence:
     """The question's evidence pages among m hard negatives (see the module docstring)."""
     doc = searcher.store.find(q.doc_id)
     if doc is None or doc.status != "ready":
@@ -106,8 +102,8 @@ def build_sequence(searcher: HybridSearcher, q: EvidenceQuestion, config: NoiseC
     rng = random.Random(f"{config.seed}|{q.doc_id}|{q.question}|{q.evidence_pages}")
     m = rng.randint(config.m_min, config.m_max)
     evidence = [(q.doc_id, p) for p in q.evidence_pages]
-    ranked = [key for key in ranked_pages(searcher, q.question, config.drop_top + config.m_max + len(evidence),
-                                          config.method) if key not in evidence]
+    ranked = [key for key in searcher.ranked_pages(q.question, config.drop_top + config.m_max + len(evidence),
+                                                   config.method) if key not in evidence]
     if len(ranked) < config.drop_top + m:
         raise ValueError(f"the corpus offers {len(ranked)} pages besides the evidence of {q.question!r}, fewer than "
                          f"drop_top + m = {config.drop_top} + {m}; ingest more documents or lower m_min/m_max")
@@ -123,7 +119,7 @@ def build_sequence(searcher: HybridSearcher, q: EvidenceQuestion, config: NoiseC
     return NoisySequence(q.question, q.answer, q.answer_format, pages, positions, config.placement)
 
 
-def build_sequences(searcher: HybridSearcher, questions: Sequence[EvidenceQuestion],
+def build_sequences(searcher: PageSearch, questions: Sequence[EvidenceQuestion],
                     config: NoiseConfig = NoiseConfig(), show_progress: bool = False) -> list[NoisySequence]:
     """One noisy sequence per question, in order."""
     items = tqdm(questions, desc="noisy sequences", unit="question") if show_progress else questions

@@ -9,7 +9,11 @@
 - stage 3, GRPO: the decoder, norm, projector, aligner and LoRA frozen; the selector trained with
   the group-relative objective of `grpo` on multi-page sequences (2-4 pages of the evidence's
   document: a rollout group over noisy 20-30-page sequences costs minutes on 2 CPU cores), reward =
-  `evals.scoring.mmlongbench_score` of the decoded answer, budget p ~ U[p_min, p_max].
+  the `reward` function given to the trainer (the face gives `evals.scoring.mmlongbench_score`, the
+  benchmark's own scorer) of the decoded answer, budget p ~ U[p_min, p_max].
+
+The corpus is indexed by the `open_index` factory given to the trainer (the face gives
+`indexes.corpus.CorpusIndex`): this layer imports neither the indexes nor the evaluation.
 
 Every stage starts from the previous stage's checkpoint (stage 1 and an ablation's stage 2 from
 untrained parts), resumes from its own `state.pt` (written atomically every `save_every` steps),
@@ -29,18 +33,35 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from docrefrag_core.grpo import group_advantages, grpo_loss
+from docrefrag_core.longrag import PageSearch
 from docrefrag_core.selector import budget, sample_selection, selection_log_prob
 from docrefrag_core.train_data import Corpus, Example, ExampleConfig, ExampleSampler, build_corpus
 
 logger = logging.getLogger(__name__)
 
 STAGES = ("stage1", "stage2", "stage3")
+Reward = Callable[[str, str, str], float]  # (ground truth, decoded answer, answer format) -> score in [0, 1]
+
+
+class CorpusIndex(Protocol):
+    """The training corpus's page index (indexes.corpus.CorpusIndex)."""
+
+    store: Any  # .page_tokens(doc_id, page), .page(doc_id, page)
+    searcher: PageSearch
+
+    def ingest(self, paths: list[Path]) -> list[Any]: ...  # results with .source, .doc_id, .failed_pages, .message
+
+    def close(self) -> None: ...
+
+
+IndexFactory = Callable[[Path, Any, bool], CorpusIndex]  # (store folder, text embedder, show progress)
 
 
 def is_trained_in(stage: str, name: str) -> bool:
@@ -99,27 +120,22 @@ def checkpoint_path(config: TrainConfig, stage: str) -> Path:
 class Trainer:
     """The corpus, the searcher and the reader's building blocks, shared by the stages of one run."""
 
-    def __init__(self, config: TrainConfig, show_progress: bool = True) -> None:
+    def __init__(self, config: TrainConfig, open_index: IndexFactory, reward: Reward, show_progress: bool = True) -> None:
         from docrefrag_core.page_encoder import default_encoder
-        from indexes.hybrid import HybridSearcher
-        from indexes.ingest import Ingestor
-        from indexes.store import Store
 
-        self.config, self.show_progress = config, show_progress
+        self.config, self.reward, self.show_progress = config, reward, show_progress
         config.out.mkdir(parents=True, exist_ok=True)
         self.encoder = default_encoder()
-        self.store = Store(config.out / "corpus" / "store", create=True)
-
-        def ingest(store, paths):
-            with Ingestor(store, show_progress=show_progress) as ingestor:
-                return ingestor.ingest(paths)
-
-        self.corpus: Corpus = build_corpus(config.out / "corpus", config.docs, config.pages, config.seed, self.store, ingest)
-        self.sampler = ExampleSampler(self.corpus, HybridSearcher(self.store, self.encoder.embedder),
-                                      config.examples, config.seed)
+        self.index = open_index(config.out / "corpus" / "store", self.encoder.embedder, show_progress)
+        try:
+            self.corpus: Corpus = build_corpus(config.out / "corpus", config.docs, config.pages, config.seed, self.index)
+        except BaseException:
+            self.index.close()
+            raise
+        self.sampler = ExampleSampler(self.corpus, self.index.searcher, config.examples, config.seed)
 
     def close(self) -> None:
-        self.store.close()
+        self.index.close()
 
     # -------------------------------------------------------------- the reader
 
@@ -177,7 +193,6 @@ class Trainer:
 
     def grpo_step(self, reader, reference, ex: Example, rng: random.Random, generator: torch.Generator) -> tuple[torch.Tensor, float]:
         from docrefrag_core.reader import ANSWER_SUFFIX
-        from evals.scoring import mmlongbench_score
 
         cfg = self.config
         with torch.no_grad():
@@ -198,7 +213,7 @@ class Trainer:
                 embeds.append(reader.build(ex.prompt, chunks, mask.reshape(n, L), ANSWER_SUFFIX).embeds)
             rows, _, _ = reader.decode_batch(torch.stack(embeds), cfg.answer_tokens, time.perf_counter())
         answers = [reader.tokenizer.decode(r, skip_special_tokens=True).strip() for r in rows]
-        rewards = torch.tensor([mmlongbench_score(ex.target, a, ex.answer_format) for a in answers])
+        rewards = torch.tensor([self.reward(ex.target, a, ex.answer_format) for a in answers])
         log_p = torch.stack([selection_log_prob(logits, s) for s in selections])  # (G,)
         log_ref = torch.stack([selection_log_prob(ref_logits, s) for s in selections])  # (G,)
         loss = grpo_loss(log_p, log_p.detach(), log_ref, group_advantages(rewards).to(log_p.device),
@@ -300,9 +315,10 @@ def _read_config(checkpoint: Path) -> dict:
     return read_checkpoint_config(checkpoint)
 
 
-def train(stages: list[str], config: TrainConfig, show_progress: bool = True) -> Path:
+def train(stages: list[str], config: TrainConfig, open_index: IndexFactory, reward: Reward,
+          show_progress: bool = True) -> Path:
     """Run the given stages in order; returns the last checkpoint."""
-    trainer = Trainer(config, show_progress)
+    trainer = Trainer(config, open_index, reward, show_progress)
     try:
         path = None
         for stage in stages:

@@ -59,12 +59,14 @@ class Corpus:
         return list(self.tokens)
 
 
-def build_corpus(folder: Path, docs: int, pages: int, seed: int, store, ingest) -> Corpus:
-    """Write the documents into `folder` (skipping those already there), ingest them with `ingest(store,
-    paths)` (resumable: unchanged files are skipped) and load their tokens."""
+def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpus:
+    """Write the documents into `folder` (skipping those already there), ingest them with
+    `index.ingest(paths)` (resumable: unchanged files are skipped; see train.CorpusIndex) and load
+    their tokens from `index.store`."""
     folder.mkdir(parents=True, exist_ok=True)
     synthetic = [training_document(folder / f"train-{seed + i:05d}.pdf", pages, seed + i) for i in range(docs)]
-    results = ingest(store, [d.path for d in synthetic])
+    store = index.store
+    results = index.ingest([d.path for d in synthetic])
     by_path = {Path(r.source).resolve(): r for r in results}
     doc_ids = []
     for d in synthetic:

@@ -11,6 +11,8 @@ import torch
 from docrefrag_core.checkpoint import read_checkpoint_config
 from docrefrag_core.train import STAGES, TrainConfig, Trainer, checkpoint_path, is_trained_in
 from docrefrag_core.train_data import ExampleConfig
+from evals.scoring import mmlongbench_score
+from indexes.corpus import CorpusIndex
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def tiny_decoder(tmp_path_factory):
 def trainer(tiny_decoder, tmp_path_factory):
     config = TrainConfig(out=tmp_path_factory.mktemp("train"), docs=2, pages=4, steps=4, group=3, answer_tokens=3,
                          decoder=tiny_decoder, examples=ExampleConfig(noisy_pages=(1, 2)), save_every=2)
-    t = Trainer(config, show_progress=False)
+    t = Trainer(config, CorpusIndex, mmlongbench_score, show_progress=False)
     yield t
     t.close()
 
@@ -50,9 +52,7 @@ def test_a_stage_changes_exactly_its_trainable_parameters(trainer, stage, monkey
     reader, _ = trainer.reader(stage)
     if stage == "stage3":  # a random tiny decoder never answers right: all rewards 0, no advantage; score
         # its answers by length instead, so rewards differ within a group and the policy gets a signal
-        import evals.scoring
-
-        monkeypatch.setattr(evals.scoring, "mmlongbench_score", lambda gt, pred, fmt: float(len(pred) % 3))
+        monkeypatch.setattr(trainer, "reward", lambda gt, pred, fmt: float(len(pred) % 3))
     before = snapshot(reader)
     (trainer.config.out / stage / "state.pt").unlink(missing_ok=True)
     steps, _, _ = trainer.fit(stage, reader)
@@ -81,7 +81,7 @@ def test_stages_resume_and_the_checkpoint_records_each_stage(trainer):
 def test_a_stage_without_its_predecessor_says_what_to_run(tiny_decoder, tmp_path):
     config = TrainConfig(out=tmp_path, docs=2, pages=4, steps=1, decoder=tiny_decoder,
                          examples=ExampleConfig(noisy_pages=(1, 2)))
-    t = Trainer(config, show_progress=False)
+    t = Trainer(config, CorpusIndex, mmlongbench_score, show_progress=False)
     try:
         with pytest.raises(FileNotFoundError, match="docrefrag train stage2"):
             t.run("stage3")
