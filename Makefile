@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DOCREFRAG := $(VENV)/bin/docrefrag
 
-.PHONY: setup models demo test clean
+.PHONY: setup models demo lint test clean
 
 setup: $(VENV)/.installed
 
@@ -22,7 +22,10 @@ models: setup
 demo: models
 	$(DOCREFRAG) demo
 
-test: models
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: models lint
 	$(PY) -m pytest -q
 
 clean:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import platformdirs
 
+from indexes.errors import StoreError
 from indexes.fusion import DEFAULT_METHOD, FusionMethod
 from indexes.hybrid import Hit, HybridSearcher
-from indexes.ingest import IngestResult, Ingestor
-from indexes.errors import StoreError
+from indexes.ingest import Ingestor, IngestResult
 from indexes.store import DocInfo, Store, unfinished_summary
 
 if TYPE_CHECKING:

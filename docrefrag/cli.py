@@ -8,8 +8,12 @@ import logging
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexes.fusion import DEFAULT_METHOD, METHODS
+
+if TYPE_CHECKING:
+    from graph.context import AskConfig
 
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
 
@@ -31,7 +35,7 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
     """Flags from the TrainConfig fields `names`, with their types, defaults and help."""
     from dataclasses import MISSING, fields
 
-    from docrefrag_core.train import TrainConfig
+    from docrefrag_core.config import TrainConfig
 
     for f in fields(TrainConfig):
         if f.name in names:
@@ -281,7 +285,7 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _ask_config(args: argparse.Namespace) -> "AskConfig":
+def _ask_config(args: argparse.Namespace) -> AskConfig:
     from dataclasses import replace
 
     from graph.context import AskConfig
@@ -393,8 +397,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     import shutil
     from dataclasses import replace
 
+    from docrefrag_core.config import TrainConfig
     from docrefrag_core.reader import DEFAULT_CHECKPOINT
-    from docrefrag_core.train import STAGES, TrainConfig, train
+    from docrefrag_core.train import STAGES, train
     from evals.scoring import mmlongbench_score
     from indexes.corpus import CorpusIndex
 

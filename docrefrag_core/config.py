@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,63 @@ class ReaderConfig:
         if self.selector_dim % self.selector_heads:
             raise ValueError(f"selector_dim={self.selector_dim} must be a multiple of "
                              f"selector_heads={self.selector_heads}")
+
+
+@dataclass(frozen=True)
+class ExampleConfig:
+    k: int = 3
+    grid: int = 18
+    target_chars: int = field(default=160, metadata={"help": "characters of a parse/locate target"})
+    multi_pages: tuple[int, int] = field(default=(2, 4), metadata={"help": "pages of a 'multi' QA example"})
+    noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={
+        "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
+    expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
+    rerank_pages: int = field(default=8, metadata={"help": "pages of a rerank example: the evidence page and negatives"})
+
+    def __post_init__(self) -> None:  # checked when the run is configured, not hours later in stage 2
+        for name in ("multi_pages", "noisy_pages"):
+            lo, hi = getattr(self, name)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{name} (--{name.replace('_', '-')} LO HI) needs 1 <= LO <= HI, got {lo} {hi}")
+        if not 0.0 < self.expand_p <= 1.0:
+            raise ValueError(f"expand_p is a fraction of the chunks in (0, 1], got {self.expand_p}")
+        if self.rerank_pages < 2:
+            raise ValueError(f"a rerank example needs the evidence page and a negative: rerank_pages >= 2, "
+                             f"got {self.rerank_pages}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: Path = field(default=Path("runs/train"), metadata={"help": "work directory: corpus, stage states, checkpoints"})
+    docs: int = field(default=24, metadata={"help": "synthetic training documents"})
+    pages: int = field(default=6, metadata={"help": "pages per training document"})
+    seed: int = field(default=0, metadata={"help": "seed of the corpus and of the example draws"})
+    steps: int = field(default=600, metadata={"help": "optimiser steps per stage at most"})
+    minutes: float = field(default=25.0, metadata={"help": "wall-clock budget per stage; stops early when spent"})
+    lr: float = field(default=1e-3, metadata={"help": "learning rate of stages 1 and 2 (stage 3 uses lr/10)"})
+    group: int = field(default=8, metadata={"help": "GRPO: sampled selections per question (G)"})
+    clip_eps: float = field(default=0.2, metadata={"help": "GRPO: ratio clipping"})
+    beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})
+    p_range: tuple[float, float] = field(default=(0.1, 0.3), metadata={"help": "GRPO: training budget p ~ U[lo, hi]"})
+    answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout"})
+    rerank_share: float = field(default=0.25, metadata={
+        "help": "stage 2: share of the steps that train page relevance (rerank) instead of answering"})
+    curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
+    init: str | None = field(default=None, metadata={
+        "help": "start from this stage's checkpoint instead of the previous stage's (ablations: 'none')"})
+    examples: ExampleConfig = field(default_factory=ExampleConfig)
+    decoder: Path | None = field(default=None, metadata={
+        "help": "directory of the Hugging Face causal LM to read with (default: the cached SmolLM2-135M-Instruct)"})
+    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    save_every: int = field(default=25, metadata={"help": "steps between resumable states"})
+
+    def __post_init__(self) -> None:
+        if self.docs < 2 or self.pages < 2:
+            raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, got docs={self.docs}, pages={self.pages}")
+        if self.group < 2:
+            raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
+        if not 0.0 <= self.rerank_share <= 1.0:
+            raise ValueError(f"rerank_share is a share of stage 2's steps in [0, 1], got {self.rerank_share}")
+        lo, hi = self.p_range
+        if not 0 < lo <= hi <= 1:
+            raise ValueError(f"p_range must satisfy 0 < lo <= hi <= 1, got {self.p_range}")

@@ -31,7 +31,7 @@ import random
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -39,10 +39,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from docrefrag_core.config import TrainConfig
 from docrefrag_core.grpo import group_advantages, grpo_loss
 from docrefrag_core.longrag import PageSearch
 from docrefrag_core.selector import budget, sample_selection, selection_log_prob
-from docrefrag_core.train_data import Corpus, Example, ExampleConfig, ExampleSampler, build_corpus
+from docrefrag_core.train_data import Corpus, Example, ExampleSampler, build_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -70,43 +71,6 @@ def is_trained_in(stage: str, name: str) -> bool:
     if stage == "stage3":
         return name.startswith("selector.")
     return name.startswith(parts) or (stage == "stage2" and "lora_" in name)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    out: Path = field(default=Path("runs/train"), metadata={"help": "work directory: corpus, stage states, checkpoints"})
-    docs: int = field(default=24, metadata={"help": "synthetic training documents"})
-    pages: int = field(default=6, metadata={"help": "pages per training document"})
-    seed: int = field(default=0, metadata={"help": "seed of the corpus and of the example draws"})
-    steps: int = field(default=600, metadata={"help": "optimiser steps per stage at most"})
-    minutes: float = field(default=25.0, metadata={"help": "wall-clock budget per stage; stops early when spent"})
-    lr: float = field(default=1e-3, metadata={"help": "learning rate of stages 1 and 2 (stage 3 uses lr/10)"})
-    group: int = field(default=8, metadata={"help": "GRPO: sampled selections per question (G)"})
-    clip_eps: float = field(default=0.2, metadata={"help": "GRPO: ratio clipping"})
-    beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})
-    p_range: tuple[float, float] = field(default=(0.1, 0.3), metadata={"help": "GRPO: training budget p ~ U[lo, hi]"})
-    answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout"})
-    rerank_share: float = field(default=0.25, metadata={
-        "help": "stage 2: share of the steps that train page relevance (rerank) instead of answering"})
-    curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
-    init: str | None = field(default=None, metadata={
-        "help": "start from this stage's checkpoint instead of the previous stage's (ablations: 'none')"})
-    examples: ExampleConfig = field(default_factory=ExampleConfig)
-    decoder: Path | None = field(default=None, metadata={
-        "help": "directory of the Hugging Face causal LM to read with (default: the cached SmolLM2-135M-Instruct)"})
-    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
-    save_every: int = field(default=25, metadata={"help": "steps between resumable states"})
-
-    def __post_init__(self) -> None:
-        if self.docs < 2 or self.pages < 2:
-            raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, got docs={self.docs}, pages={self.pages}")
-        if self.group < 2:
-            raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
-        if not 0.0 <= self.rerank_share <= 1.0:
-            raise ValueError(f"rerank_share is a share of stage 2's steps in [0, 1], got {self.rerank_share}")
-        lo, hi = self.p_range
-        if not 0 < lo <= hi <= 1:
-            raise ValueError(f"p_range must satisfy 0 < lo <= hi <= 1, got {self.p_range}")
 
 
 def stage_dir(config: TrainConfig, stage: str) -> Path:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from docrefrag_core.chunking import box_overlap, chunk_box
+from docrefrag_core.config import ExampleConfig
 from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
 from docrefrag_core.synthetic import SyntheticDoc, training_document
 
@@ -81,29 +82,6 @@ def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpu
             page = store.page(doc_id, n)
             sizes[(doc_id, n)] = (page.width, page.height)
     return Corpus(synthetic, doc_ids, tokens, sizes)
-
-
-@dataclass(frozen=True)
-class ExampleConfig:
-    k: int = 3
-    grid: int = 18
-    target_chars: int = field(default=160, metadata={"help": "characters of a parse/locate target"})
-    multi_pages: tuple[int, int] = field(default=(2, 4), metadata={"help": "pages of a 'multi' QA example"})
-    noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={
-        "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
-    expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
-    rerank_pages: int = field(default=8, metadata={"help": "pages of a rerank example: the evidence page and negatives"})
-
-    def __post_init__(self) -> None:  # checked when the run is configured, not hours later in stage 2
-        for name in ("multi_pages", "noisy_pages"):
-            lo, hi = getattr(self, name)
-            if not 1 <= lo <= hi:
-                raise ValueError(f"{name} (--{name.replace('_', '-')} LO HI) needs 1 <= LO <= HI, got {lo} {hi}")
-        if not 0.0 < self.expand_p <= 1.0:
-            raise ValueError(f"expand_p is a fraction of the chunks in (0, 1], got {self.expand_p}")
-        if self.rerank_pages < 2:
-            raise ValueError(f"a rerank example needs the evidence page and a negative: rerank_pages >= 2, "
-                             f"got {self.rerank_pages}")
 
 
 class ExampleSampler:

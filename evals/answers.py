@@ -27,8 +27,14 @@ from tqdm import tqdm
 from agents.llm import LocalChatModel, invoke_llm
 from evals.datasets import Question, mmlongbench_format
 from evals.jsonl import load_rows
-from evals.scoring import (extraction_messages, longdocurl_aggregate, longdocurl_score, mmlongbench_aggregate,
-                           mmlongbench_score, parse_extraction)
+from evals.scoring import (
+    extraction_messages,
+    longdocurl_aggregate,
+    longdocurl_score,
+    mmlongbench_aggregate,
+    mmlongbench_score,
+    parse_extraction,
+)
 from graph.context import AskConfig
 from graph.run import run_ask
 from indexes.hybrid import HybridSearcher

@@ -23,8 +23,15 @@ from tqdm import tqdm
 from docrefrag_core.chunking import retrieval_vectors
 from docrefrag_core.page_encoder import PageEncoder, PageTokens, default_encoder
 from indexes.errors import EncoderError, IngestError
-from indexes.pages import (IMAGE_SUFFIXES, DocSource, PageParser, ParsedPage, failed_page, image_folder_source,
-                           inspect_source)
+from indexes.pages import (
+    IMAGE_SUFFIXES,
+    DocSource,
+    PageParser,
+    ParsedPage,
+    failed_page,
+    image_folder_source,
+    inspect_source,
+)
 from indexes.store import Store
 
 logger = logging.getLogger(__name__)

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from docrefrag_core.pdf import pymupdf
 from PIL import Image
 
 from docrefrag_core.page import Block, PageInput, Word
+from docrefrag_core.pdf import pymupdf
 from indexes.errors import IngestError
 
 logger = logging.getLogger(__name__)

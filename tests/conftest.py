@@ -17,7 +17,7 @@ from pathlib import Path
 import pymupdf
 import pytest
 
-from indexes.ingest import IngestResult, Ingestor
+from indexes.ingest import Ingestor, IngestResult
 from indexes.store import Store
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+from conftest import REPO, subprocess_env
 
 from docrefrag_core.chunking import retrieval_vectors
 from docrefrag_core.synthetic import sample_report
@@ -29,8 +30,6 @@ from indexes.hybrid import HybridSearcher
 from indexes.ingest import RETRIEVAL_K, Ingestor
 from indexes.pages import DocSource, PageParser
 from indexes.store import Store
-
-from conftest import REPO, subprocess_env
 
 # name in the bad-input folder -> a phrase of the remedy its message must carry
 BAD = {

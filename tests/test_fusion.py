@@ -9,7 +9,7 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from indexes.fusion import (RRF_K, Diagnostics, FusionConfig, fuse, fuse_with_diagnostics, minmax, ranks)
+from indexes.fusion import RRF_K, Diagnostics, FusionConfig, fuse, fuse_with_diagnostics, minmax, ranks
 
 NAN = np.nan
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+from conftest import REPO, subprocess_env
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
@@ -30,7 +31,6 @@ from langgraph.runtime import Runtime
 from agents import prompts
 from agents.llm import LLMUnavailableError
 from agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
-from conftest import REPO, subprocess_env
 from docrefrag.api import DocRefrag
 from evals.answers import first_round_hits
 from graph.context import AskConfig, AskContext

@@ -12,8 +12,15 @@ import torch
 
 from docrefrag_core.config import ReaderConfig
 from docrefrag_core.reader import ANSWER_SUFFIX, DocRefragReader
-from docrefrag_core.selector import (AllSelector, NoneSelector, RandomSelector, SimilaritySelector, budget,
-                                     sample_selection, selection_log_prob)
+from docrefrag_core.selector import (
+    AllSelector,
+    NoneSelector,
+    RandomSelector,
+    SimilaritySelector,
+    budget,
+    sample_selection,
+    selection_log_prob,
+)
 
 M, D, Q = 36, 20, 12  # a 6x6 grid of 20-dim tokens; 12-dim questions
 

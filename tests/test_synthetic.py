@@ -14,7 +14,11 @@ import pymupdf
 import pytest
 
 from docrefrag_core.synthetic import (
-    NO_EVIDENCE_BOX, PAGE_KINDS, dense_text_page, sample_report, training_document,
+    NO_EVIDENCE_BOX,
+    PAGE_KINDS,
+    dense_text_page,
+    sample_report,
+    training_document,
 )
 
 PAGES = 12

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from docrefrag_core.checkpoint import read_checkpoint_config
-from docrefrag_core.train import STAGES, TrainConfig, Trainer, checkpoint_path, is_trained_in
-from docrefrag_core.train_data import ExampleConfig
+from docrefrag_core.config import ExampleConfig, TrainConfig
+from docrefrag_core.train import STAGES, Trainer, checkpoint_path, is_trained_in
 from evals.scoring import mmlongbench_score
 from indexes.corpus import CorpusIndex
 
