@@ -117,8 +117,9 @@ class DocRefrag:
     def docs(self) -> list[DocInfo]:
         return self.open_store().documents()
 
-    def llm(self, spec: "str | BaseChatModel | None" = None) -> "BaseChatModel":
-        """A chat model from a spec (see `agents.llm.make_llm`); the local default is shared."""
+    def llm(self, spec: "str | BaseChatModel | None" = None, timeout: float = 60, max_retries: int = 2) -> "BaseChatModel":
+        """A chat model from a spec (see `agents.llm.make_llm`; `timeout` in seconds per read and
+        `max_retries` apply to `openai:` endpoints); the local default is shared."""
         from langchain_core.language_models import BaseChatModel
 
         from agents.llm import make_llm
@@ -129,7 +130,7 @@ class DocRefrag:
             if self._llm is None:
                 self._llm = make_llm("local")
             return self._llm
-        return make_llm(spec)
+        return make_llm(spec, timeout=timeout, max_retries=max_retries)
 
     def ask(self, question: str, doc: str | Sequence[str] | None = None, llm: "str | BaseChatModel | None" = None,
             config: "AskConfig | None" = None, on_event: Callable[[str, dict], None] | None = None,

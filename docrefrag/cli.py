@@ -58,6 +58,19 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
 
 
+def _llm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--llm-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="an openai: endpoint that sends nothing for this long is retried (default 60)")
+    p.add_argument("--llm-retries", type=int, default=2, metavar="N",
+                   help="retries of a failed or hanging openai: call, with backoff, before the run stops (default 2)")
+
+
+def _chat_model(dr, args: argparse.Namespace, spec: str | None):
+    if args.llm_timeout <= 0 or args.llm_retries < 0:
+        raise ValueError(f"--llm-timeout must be > 0 and --llm-retries >= 0, got {args.llm_timeout} and {args.llm_retries}")
+    return dr.llm(spec, timeout=args.llm_timeout, max_retries=args.llm_retries)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="docrefrag", description="Question answering over long, visually rich documents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -101,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
     _answer_args(ask)
+    _llm_args(ask)
     ask.add_argument("--hyde", dest="hyde_mode", choices=PLAN_MODES, default=None,
                      help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
                           "branches' rankings of the question disagree)")
@@ -128,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "reply with the benchmark's extraction prompt before scoring "
                                                       "(the official two-step protocol); default: none, the reply is scored")
     _answer_args(ev)
+    _llm_args(ev)
 
     bench = sub.add_parser("bench", help="benchmarks of the system's parts")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
@@ -318,10 +333,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if args.resume:
             if args.doc:
                 raise ValueError("--resume continues a run on its own documents; drop --doc")
-            result = dr.resume(args.resume, llm=args.llm, config=config, checkpoint=args.checkpoint, on_event=events)
+            result = dr.resume(args.resume, llm=_chat_model(dr, args, args.llm), config=config,
+                               checkpoint=args.checkpoint, on_event=events)
         else:
-            result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=config, checkpoint=args.checkpoint,
-                            on_event=events)
+            result = dr.ask(args.question, doc=args.doc, llm=_chat_model(dr, args, args.llm), config=config,
+                            checkpoint=args.checkpoint, on_event=events)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:
         print(json.dumps(asdict(result), indent=2, default=str))
@@ -361,8 +377,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         config = _ask_config(args)
         with _api(args) as dr:
             reader = dr.reader(args.checkpoint) if config.answerer == "reader" or config.rerank else None
-            extractor = dr.llm(args.extractor) if args.extractor else None
-            summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, dr.llm(args.llm),
+            extractor = _chat_model(dr, args, args.extractor) if args.extractor else None
+            summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, _chat_model(dr, args, args.llm),
                                   args.out, limit=args.limit, config=config, show_progress=sys.stderr.isatty(),
                                   reader=reader, extractor=extractor, extractor_name=args.extractor)
         print(json.dumps(summary, indent=2, default=str))
@@ -370,7 +386,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with _api(args) as dr:
         store = dr.open_store(create=True)
         report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,
-                               show_progress=sys.stderr.isatty(), llm=dr.llm(args.llm) if args.hyde or args.decompose else None,
+                               show_progress=sys.stderr.isatty(), llm=_chat_model(dr, args, args.llm) if args.hyde or args.decompose else None,
                                hyde=args.hyde, decompose=args.decompose,
                                reader=dr.reader(args.checkpoint) if args.rerank else None)
     print(markdown_table(report))

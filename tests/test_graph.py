@@ -514,13 +514,16 @@ def test_a_reused_thread_reports_only_its_own_run(dr):
     assert 0 < second.ttft_s <= second.seconds and second.ttft_s != first.ttft_s  # measured on this run
 
 
-@pytest.mark.parametrize("args", [[], ["a question", "--resume", "abc"], ["--resume", "abc", "--doc", "x"]])
-def test_cli_ask_takes_a_question_or_a_run_to_resume(tmp_path, capsys, args):
+@pytest.mark.parametrize("args, message", [
+    ([], "--resume RUN_ID"), (["a question", "--resume", "abc"], "--resume RUN_ID"),
+    (["--resume", "abc", "--doc", "x"], "drop --doc"), (["a question", "--llm-timeout", "0"], "--llm-timeout must be > 0"),
+])
+def test_cli_ask_checks_its_arguments_in_one_line(tmp_path, capsys, args, message):
     from docrefrag.cli import main
 
     assert main(["ask", *args, "--store", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and ("--resume RUN_ID" in err or "drop --doc" in err), err
+    assert err.count("\n") == 1 and message in err, err
 
 
 def test_cli_llm_failure_is_one_line(tmp_path, ingest, light_pdf):

@@ -303,3 +303,11 @@ def test_make_llm_says_which_local_directory_lacks_a_model(tmp_path):
         make_llm(f"local:{tmp_path}")
     assert type(e.value) is ValueError  # one line for the CLI, not a pydantic validation report
     assert str(tmp_path) in str(e.value) and "config.json" in str(e.value) and "pass the directory" in str(e.value)
+
+
+def test_the_api_passes_timeout_and_retries_to_an_endpoint(tmp_path):
+    from docrefrag import DocRefrag
+
+    with DocRefrag(store=tmp_path / "store") as api:
+        model = api.llm("openai:m@http://127.0.0.1:9/v1", timeout=5, max_retries=0)
+    assert (model.request_timeout, model.retries) == (5.0, 0)
