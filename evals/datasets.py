@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 Benchmark = Literal["mmlongbench", "longdocurl"]
 _LDU_FORMATS = {"Integer": "Int", "String": "Str", "Float": "Float", "List": "List", "None": "None"}
+_TO_LDU = {short: ldu for ldu, short in _LDU_FORMATS.items()}  # LongDocURL in MMLongBench-style fields: Int -> Integer
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,10 @@ def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
                 extra={"start_end_idx": r.get("start_end_idx"), "question_type": r.get("question_type")},
             ))
             continue
+        fmt = _TO_LDU.get(r["answer_format"], r["answer_format"]) if benchmark == "longdocurl" else r["answer_format"]
         questions.append(Question(
             qid=str(r.get("id", f"{benchmark}-{i}")), benchmark=benchmark, doc_name=r["doc_id"], question=r["question"],
-            answer=str(r["answer"]), answer_format=r["answer_format"],
+            answer=str(r["answer"]), answer_format=fmt,
             evidence_pages=tuple(int(p) for p in _list_field(r["evidence_pages"])),
             evidence_sources=tuple(_list_field(r["evidence_sources"])), doc_type=r.get("doc_type", ""),
             task=r.get("task_type", ""),

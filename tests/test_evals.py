@@ -42,6 +42,21 @@ def test_longdocurl_native_jsonl(tmp_path):
     assert mmlongbench_format(q) == "Int" and q.extra["start_end_idx"] == [42, 71]
 
 
+def test_longdocurl_in_mmlongbench_style_fields_gets_its_own_formats(tmp_path):
+    """The shared LongDocURL set writes formats as MMLongBench-Doc does (Int, Str); LongDocURL's scorer
+    knows Integer and String, and scores "$150000" against 150000 as equal where MMLongBench's would not."""
+    from evals.answers import score
+
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"id": f"q{i}", "doc_id": "4026369.pdf", "question": "Q", "answer": answer, "evidence_pages": "[67]",
+         "evidence_sources": "['Layout']", "answer_format": fmt, "task_type": "Understanding"}
+        for i, (answer, fmt) in enumerate([("150000", "Int"), ("University Project", "Str"), ("0.5", "Float")])]))
+    questions = load_questions("longdocurl", tmp_path)
+    assert [q.answer_format for q in questions] == ["Integer", "String", "Float"]
+    assert [mmlongbench_format(q) for q in questions] == ["Int", "Str", "Float"]
+    assert [score(q, p) for q, p in zip(questions, ["$150000", "university project", "0.5"])] == [1.0, 1.0, 1.0]
+
+
 def test_documents_as_pdfs_or_page_image_folders(tmp_path):
     (tmp_path / "pdfs").mkdir()
     (tmp_path / "pdfs" / "4000400.pdf").write_bytes(b"%PDF")
