@@ -32,6 +32,9 @@ from indexes.store import ChunkRecord, Store
 logger = logging.getLogger(__name__)
 
 NOT_ANSWERABLE = "Not answerable"
+# abstentions written otherwise; scored as answers they lose ANLS points and count as answered in F1
+_ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the document", "cannot be answered",
+                "the answer is not in the document", "not mentioned", "not found", "unknown", ""}
 
 
 @dataclass
@@ -73,7 +76,7 @@ def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) ->
     answer = text.splitlines()[0].strip() if text else ""
     answer = re.sub(r"^(short answer|answer)\s*:\s*", "", answer, flags=re.I).strip().strip('"')
     usage = getattr(reply, "usage_metadata", None) or {}
-    return answer or NOT_ANSWERABLE, int(usage.get("output_tokens", 0))
+    return canonical(answer), int(usage.get("output_tokens", 0))
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:
@@ -95,7 +98,7 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
         if chunks:
             cited.append(PageText(p.doc_id, p.page, p.text, chunks))
     answer = re.sub(r"^(short answer|answer)\s*:\s*", "", out.text, flags=re.I).strip().strip('"')
-    return answer or NOT_ANSWERABLE, out.output_tokens, cited
+    return canonical(answer), out.output_tokens, cited
 
 
 def cite(answer: str, pages: list[PageText]) -> list[Claim]:
@@ -109,11 +112,19 @@ def cite(answer: str, pages: list[PageText]) -> list[Claim]:
             score = len(words & set(tokenize(c.text))) / max(len(words), 1)
             if score > best[0]:
                 best = (score, p, c)
-    _, page, chunk = best
+    score, page, chunk = best
+    if score <= 0:  # no chunk shares a word with the answer (computed, or written differently): the page, no region
+        page, chunk = pages[0], None
     citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
                         snippet=chunk.text[:300] if chunk else page.text[:300])
     return [Claim(text=answer, citations=[citation])]
 
 
+def canonical(answer: str) -> str:
+    """The answer, with every abstention phrasing written as the benchmarks' "Not answerable"."""
+    return NOT_ANSWERABLE if answer.strip().lower().rstrip(".!") in _ABSTENTIONS else answer.strip()
+
+
 def is_unanswerable(answer: str) -> bool:
-    return answer.strip().lower().rstrip(".") in {"not answerable", "unanswerable", "none", ""}
+    """An abstention, or "None" (which may also be a real answer, so canonical() leaves it as written)."""
+    return canonical(answer) == NOT_ANSWERABLE or answer.strip().lower().rstrip(".!") == "none"

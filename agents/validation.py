@@ -22,13 +22,18 @@ from indexes.bm25 import tokenize
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 
+def _numbers(text: str) -> set[str]:
+    """The numbers of a text without thousands separators: "5,002" and "5002" are one number."""
+    return {re.sub(r",(?=\d{3}\b)", "", n) for n in _NUMBER.findall(text)}
+
+
 def lexical_support(answer: str, evidence: str) -> float:
-    words = set(tokenize(answer))
-    numbers = set(_NUMBER.findall(answer))
+    words = {w for w in tokenize(answer) if not w.isdigit()}  # numbers are matched whole, below
+    numbers = _numbers(answer)
     if not words and not numbers:
         return 0.0
     text_words = set(tokenize(evidence))
-    text_numbers = set(_NUMBER.findall(evidence))
+    text_numbers = _numbers(evidence)
     found = len(words & text_words) + len(numbers & text_numbers)
     return found / (len(words) + len(numbers))
 

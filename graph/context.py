@@ -50,7 +50,9 @@ class AskConfig:
         "help": "query disagreement Q in [0, 1] at or above which the 'disagreement' modes of hyde and decompose act "
                 "(0.5: the branches' rankings are uncorrelated or opposed)"})
     time_budget_s: float = field(default=120.0, metadata={"help": "no new round starts after this many seconds"})
-    token_budget: int = field(default=2048, metadata={"help": "no new round starts after this many LLM output tokens"})
+    token_budget: int = field(default=2048, metadata={
+        "help": "no new round starts once the answers have taken this many LLM output tokens (the answer "
+                "generations; planning, validation and refinement replies are short and not counted)"})
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:

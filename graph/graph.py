@@ -48,7 +48,7 @@ def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
                              hyde=cfg.hyde == "always")
     return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,  # a reused thread starts afresh:
             "query_disagreement": 0.0, "enriched": False, "ttft_s": None, "answer": "", "claims": [], "verdict": {},
-            "read": [],
+            "read": [], "best": {},
             "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
 
 
@@ -136,7 +136,12 @@ def validate_answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx = runtime.context
     pages = [PageText(r["doc_id"], r["page"], r["text"], []) for r in state.get("read", [])]  # the validator reads text only
     verdict = validate(state["question"], state["answer"], [Claim(**c) for c in state.get("claims", [])], pages, ctx.llm)
-    return {"verdict": verdict.model_dump(), "trace": [{"node": "validate", **verdict.model_dump()}]}
+    update = {"verdict": verdict.model_dump(), "trace": [{"node": "validate", **verdict.model_dump()}]}
+    best = state.get("best") or {}
+    if verdict.confidence >= best.get("verdict", {}).get("confidence", -1.0):  # a tie goes to the later round
+        update["best"] = {"answer": state["answer"], "claims": state.get("claims", []), "verdict": verdict.model_dump(),
+                          "round": state.get("round", 1)}
+    return update
 
 
 def refine(state: AskState, runtime: Runtime[AskContext]) -> dict:
@@ -146,9 +151,10 @@ def refine(state: AskState, runtime: Runtime[AskContext]) -> dict:
     reply = invoke_llm(ctx.llm, [HumanMessage(prompts.REFINE.format(question=state["question"], query=previous))],
                        stop=["\n"])
     new_query = str(reply.content).strip().splitlines()[0].strip() if str(reply.content).strip() else ""
-    if not new_query or new_query == previous:
-        new_query = f"{state['question']} {state['verdict'].get('missing', '')}".strip()
-    p.sub_queries = [new_query, state["question"]]
+    searched = {*(p.sub_queries or []), state["question"]}
+    if not new_query or new_query in searched:  # the model echoed a query: search the question's intents alone
+        new_query = " ".join(dict.fromkeys([*p.entities, *p.visual_anchors, *p.keywords])) or state["question"]
+    p.sub_queries = list(dict.fromkeys([new_query, *(p.sub_queries or [state["question"]])]))  # sub-questions kept
     return {"plan": p.model_dump(), "round": state.get("round", 1) + 1,
             "trace": [{"node": "refine", "previous": previous, "query": new_query,
                        "reason": state["verdict"].get("missing", "")}]}

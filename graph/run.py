@@ -76,8 +76,10 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
                        "continues it with the same options)")
             raise
         state = graph.get_state(run).values
-    verdict = state.get("verdict", {})
-    return AskResult(question=state.get("question", question), answer=state.get("answer", ""), claims=state.get("claims", []),
+    best = state.get("best") or {"answer": state.get("answer", ""), "claims": state.get("claims", []),
+                                 "verdict": state.get("verdict", {})}  # the best-validated round's answer
+    verdict = best["verdict"]
+    return AskResult(question=state.get("question", question), answer=best["answer"], claims=best["claims"],
                      confidence=float(verdict.get("confidence", 0.0)), rounds=int(state.get("round", 1)),
                      seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s") or 0.0),
                      tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", [])[earlier:])

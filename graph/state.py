@@ -16,6 +16,7 @@ class AskState(TypedDict, total=False):
     answer: str
     claims: list[dict]  # agents.schemas.Claim as dicts
     verdict: dict  # agents.schemas.Verdict as a dict
+    best: dict  # the best-validated round so far: answer, claims, verdict, round (the run returns it)
     query_disagreement: float  # of the last search's first sub-query (round 1: the question): (1 - Spearman rho) / 2
     enriched: bool  # the enrich node has run (it runs at most once)
     round: int  # 1-based retrieval round

@@ -276,6 +276,39 @@ def test_refinement_stops_at_max_rounds(dr):
     assert result.rounds == 2 and result.answer == "Southport" and result.confidence == 0.0
 
 
+def test_the_best_validated_round_is_the_answer(dr):
+    # round 1: "4,812" is on the page (lexical support 1) but the model says No: confidence 0.5 < tau 0.9;
+    # round 2: "Southport" is not on any page read and the model says No: 0.0. The run answers round 1's.
+    llm, seen = scripted(HYDE, "4,812", "No", NEW_QUERY, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2, tau=0.9))
+    assert [e["confidence"] for e in entries(result.trace, "validate")] == [0.5, 0.0]
+    assert (result.answer, result.confidence, result.rounds) == ("4,812", 0.5, 2)
+    assert result.claims[0]["citations"][0]["page"] == ANSWER_PAGE
+
+
+def test_a_refinement_that_echoes_the_question_searches_its_intents(dr):
+    llm, seen = scripted(HYDE, "Southport", "No", QUESTION, "4,812", "Yes")  # the refiner repeats the question
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    (refine,) = entries(result.trace, "refine")
+    first, second = entries(result.trace, "retrieve")
+    assert refine["query"] != QUESTION and "Northfield" in refine["query"] and "2019" in refine["query"]
+    assert "contain" not in refine["query"]  # not the validator's diagnostic ("the pages read do not contain ...")
+    assert [q["sparse"].split(" ")[0] for q in second["queries"]][:1] == [refine["query"].split(" ")[0]]
+    assert any(q["sparse"].startswith(QUESTION) for q in second["queries"])  # the question is still searched
+
+
+def test_abstentions_are_written_as_not_answerable():
+    from agents.answer import canonical, is_unanswerable
+    from agents.validation import lexical_support
+
+    assert canonical("Not answerable.") == canonical("Unanswerable") == canonical("  ") == "Not answerable"
+    assert canonical(" 4,812 ") == "4,812" and canonical("None") == "None"  # "None" may be a real answer
+    assert is_unanswerable("None") and is_unanswerable("unanswerable.") and not is_unanswerable("4,812")
+    assert lexical_support("5002", "the firm had 5,002 employees") == 1.0  # one number, written two ways
+    assert lexical_support("1,234,567 km", "a total of 1234567 km") == 1.0
+    assert lexical_support("3,5", "a rate of 3.5") == 0.0  # a decimal comma is not a thousands separator
+
+
 def test_tau_zero_never_refines(dr):
     llm, seen = scripted(HYDE, "Southport", "No")
     result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", tau=0.0))
