@@ -30,6 +30,7 @@ from evals.jsonl import load_rows
 from evals.scoring import (
     extraction_messages,
     longdocurl_aggregate,
+    longdocurl_prediction,
     longdocurl_score,
     mmlongbench_aggregate,
     mmlongbench_score,
@@ -61,7 +62,7 @@ def extract_answer(extractor: BaseChatModel, question: str, response: str) -> tu
 
 def score(q: Question, pred: str | None) -> float:
     if q.benchmark == "longdocurl":
-        return longdocurl_score(q.answer, pred, q.answer_format)
+        return longdocurl_score(q.answer, longdocurl_prediction(pred), q.answer_format)
     return mmlongbench_score(q.answer, pred, mmlongbench_format(q))
 
 

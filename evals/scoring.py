@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -376,6 +377,39 @@ def longdocurl_score(gt: object, pred: object, answer_format: str) -> float:
     if answer_format == "List":
         return _longdocurl_list(gt, pred)
     return _string_score(_clean_longdocurl(gt), _clean_longdocurl(pred))
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def longdocurl_prediction(answer: str | None) -> object:
+    """The prediction upstream scores: LongDocURL's ``eval_api_models.py`` passes the extracted
+    answer through Python's ``eval`` (a set becomes a list) and keeps the text where that fails.
+    Emulated without ``eval``: literals (numbers, strings, tuples, lists, sets, None) and
+    arithmetic on numbers (``3/4``); so ``"96,395"`` becomes the tuple ``(96, 395)``, as upstream.
+    """
+    if answer is None:
+        return None
+    try:
+        value = _evaluated(ast.parse(answer.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, TypeError, ZeroDivisionError, OverflowError, RecursionError):
+        return answer
+    return list(value) if isinstance(value, set) else value
+
+
+def _evaluated(node: ast.AST) -> object:
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _evaluated(node.left), _evaluated(node.right)
+        if not all(type(v) in (int, float) for v in (left, right)):
+            raise ValueError("arithmetic on something else than numbers")
+        return _ARITHMETIC[type(node.op)](left, right)
+    if isinstance(node, ast.Tuple):
+        return tuple(_evaluated(e) for e in node.elts)
+    if isinstance(node, ast.List):
+        return [_evaluated(e) for e in node.elts]
+    if isinstance(node, ast.Set):
+        return {_evaluated(e) for e in node.elts}
+    return ast.literal_eval(node)
 
 
 # --- answer extraction (MMLongBench-Doc protocol) -----------------------------------------

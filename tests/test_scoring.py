@@ -425,3 +425,27 @@ def test_longdocurl_empty() -> None:
 def test_longdocurl_aggregate_validates_records() -> None:
     with pytest.raises(ValueError, match="lacks \\['task_tag'\\]"):
         longdocurl_aggregate([{"score": 1.0, "evidence_pages": [1], "evidence_sources": []}])
+
+
+@pytest.mark.parametrize("answer, value", [
+    ("96,395", (96, 395)), ("3/4", 0.75), ("-3/4", -0.75), ("2*3", 6), ("{1, 2}", [1, 2]), ('["a", "b"]', ["a", "b"]),
+    ("None", None), ("Paris", "Paris"), ("$40", "$40"), ("60%", "60%"), ("__import__('os')", "__import__('os')"),
+    ("{[1]}", "{[1]}"), ("(1, 2) + 3", "(1, 2) + 3"),
+])
+def test_longdocurl_predictions_go_through_upstreams_eval(answer, value):
+    """Upstream evaluates the extracted answer with Python's eval (sets become lists) before scoring."""
+    from evals.scoring import longdocurl_prediction
+
+    assert longdocurl_prediction(answer) == value
+
+
+def test_longdocurl_scores_what_upstreams_eval_leaves():
+    from evals.answers import score
+    from evals.datasets import Question
+
+    def q(answer, fmt):
+        return Question("q", "longdocurl", "d.pdf", "Q?", answer, fmt, (1,), ())
+
+    assert score(q("96395", "Integer"), "96,395") == 0.0  # a tuple upstream, not the number
+    assert score(q("96395", "Integer"), "96395") == 1.0
+    assert score(q("0.75", "Float"), "3/4") == 1.0
