@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--noisy-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
                     help="hard negatives of a noisy sequence (default 3 6; the paper: 20 30)")
     tr.add_argument("--no-curriculum", action="store_true", help="stage 2 on noisy sequences only (ablation)")
+    tr.add_argument("--placement", choices=["head", "random"], default=None,
+                    help="where a noisy sequence puts the evidence page (default head; random: the ablation)")
     tr.add_argument("--ship", action="store_true", help="copy the last checkpoint into the package as the default reader")
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
@@ -423,6 +425,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                          curriculum=not args.no_curriculum)
     if args.noisy_pages:
         config = replace(config, examples=replace(config.examples, noisy_pages=tuple(args.noisy_pages)))
+    if args.placement:
+        config = replace(config, examples=replace(config.examples, placement=args.placement))
     stages = list(STAGES) if args.stage == "all" else [args.stage]
     checkpoint = train(stages, config, CorpusIndex, mmlongbench_score, show_progress=sys.stderr.isatty())
     print(f"checkpoint: {checkpoint}")

@@ -88,6 +88,8 @@ class ExampleConfig:
         "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
     expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
     rerank_pages: int = field(default=8, metadata={"help": "pages of a rerank example: the evidence page and negatives"})
+    placement: str = field(default="head", metadata={
+        "help": "evidence page of a 'noisy' QA example: head (first, the DocLongRAG default) or random (ablation)"})
 
     def __post_init__(self) -> None:  # checked when the run is configured, not hours later in stage 2
         for name in ("multi_pages", "noisy_pages"):
@@ -96,6 +98,8 @@ class ExampleConfig:
                 raise ValueError(f"{name} (--{name.replace('_', '-')} LO HI) needs 1 <= LO <= HI, got {lo} {hi}")
         if not 0.0 < self.expand_p <= 1.0:
             raise ValueError(f"expand_p is a fraction of the chunks in (0, 1], got {self.expand_p}")
+        if self.placement not in ("head", "random"):
+            raise ValueError(f"placement (--placement) is 'head' or 'random', got {self.placement!r}")
         if self.rerank_pages < 2:
             raise ValueError(f"a rerank example needs the evidence page and a negative: rerank_pages >= 2, "
                              f"got {self.rerank_pages}")

@@ -127,7 +127,7 @@ class ExampleSampler:
         else:
             lo, hi = self.config.noisy_pages
             seq = build_sequence(self.searcher, EvidenceQuestion.from_fact(q, doc_id),
-                                 NoiseConfig(m_min=lo, m_max=hi, seed=self.seed + step))
+                                 NoiseConfig(m_min=lo, m_max=hi, placement=self.config.placement, seed=self.seed + step))
             pages = seq.pages
         p = self.config.expand_p / 2 if level == "noisy" else self.config.expand_p
         expand = self.pseudo_labels(pages, pages.index(evidence), q.bbox, p)

@@ -2,6 +2,7 @@
 
     python -m evals.reader_evals reconstruction [--checkpoint DIR] [--json OUT]
     python -m evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
+    python -m evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
 
 - reconstruction: dense-text pages (`synthetic.dense_text_page`, held-out seeds) of 500-4,000
   characters; the reader is asked to read the page and its output is compared with the beginning of
@@ -12,6 +13,9 @@
   answer score (`evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
   alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}, with
   the accuracy-by-budget plot (`evals.report.accuracy_by_budget`).
+- answer-loss: the teacher-forced cross-entropy (nats per answer token) of the gold answer on the same
+  noisy sequences, the similarity selector expanding p = 0.2: a graded measure of reading where
+  every answer is still wrong (the training ablations are compared by it).
 """
 
 from __future__ import annotations
@@ -86,6 +90,18 @@ def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[
     return rows
 
 
+def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2) -> dict:
+    """Mean and median cross-entropy of the gold answers (see the module docstring)."""
+    selector = SimilaritySelector(reader.config.question_dim)
+    losses = []
+    for seq in sequences:
+        tokens = tokens_of(seq.pages)
+        expand = reader.select(seq.question, reader.chunks(tokens), p, selector)
+        losses.append(float(reader.answer_loss(seq.question, tokens, expand, seq.answer)))
+    return {"questions": len(losses), "p": p, "selector": "similarity",
+            "answer_nll_mean": round(statistics.mean(losses), 4), "answer_nll_median": round(statistics.median(losses), 4)}
+
+
 def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):
     """Held-out synthetic documents (seeds from HELD_OUT_SEED) ingested into `out`/store, and noisy
     sequences for their answerable questions."""
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
 
     parser = argparse.ArgumentParser(prog="python -m evals.reader_evals")
-    parser.add_argument("what", choices=["reconstruction", "selectors"])
+    parser.add_argument("what", choices=["reconstruction", "selectors", "answer-loss"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--mmlongbench", type=Path, default=None, help="selectors on this dev-set folder (with --store)")
     parser.add_argument("--store", type=Path, default=None)
@@ -159,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             return torch.from_numpy(store.stacked_tokens(pages))
 
         with torch.no_grad():
-            rows = selectors(reader, seqs, tokens_of)
+            rows = selectors(reader, seqs, tokens_of) if args.what == "selectors" else answer_loss(reader, seqs, tokens_of)
         store.close()
-        if args.plot:
+        if args.plot and args.what == "selectors":
             accuracy_by_budget(rows, args.plot, "MMLongBench-Doc" if args.mmlongbench else "held-out synthetic")
     text = json.dumps(rows, indent=1)
     if args.json:

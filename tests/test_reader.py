@@ -210,3 +210,22 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
         with pytest.raises(CheckpointError, match="manifest.json is damaged.*save or copy it again"):
             read_checkpoint_config(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary directories left
+
+
+def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
+    """evals.reader_evals on a tiny reader: the selector comparison has a row per (p, selector) and the
+    answer loss is a positive cross-entropy over every sequence."""
+    from types import SimpleNamespace
+
+    from evals.reader_evals import answer_loss, selectors
+
+    reader = tiny_reader(tokenizer)
+    seqs = [SimpleNamespace(question=f"How many units in row {i}?", answer=str(10 + i), answer_format="Int",
+                            pages=[("d", 1), ("d", 2)]) for i in range(3)]
+    with torch.no_grad():
+        rows = selectors(reader, seqs, lambda keys: pages(len(keys)), ps=(0.1, 0.2))
+        loss = answer_loss(reader, seqs, lambda keys: pages(len(keys)))
+    assert [(r["p"], r["selector"]) for r in rows] == [(p, s) for p in (0.1, 0.2)
+                                                       for s in ("random", "similarity", "trained (GRPO)")]
+    assert all(r["questions"] == 3 and 0.0 <= r["accuracy"] <= 1.0 and r["select_ms_p50"] >= 0 for r in rows)
+    assert loss["questions"] == 3 and loss["answer_nll_mean"] > 0 and loss["selector"] == "similarity"

@@ -109,6 +109,22 @@ def test_rerank_examples_put_the_evidence_first_among_pages_without_it(trainer):
         assert ex.target == "Yes" and ex.kind == "rerank"
 
 
+def test_noisy_examples_place_the_evidence_first_or_at_random(trainer, monkeypatch):
+    from dataclasses import replace
+
+    def evidence_positions(sampler):
+        positions = []
+        for step in range(12):
+            ex = sampler.qa(step, "noisy")
+            truth = {(d, q.page) for d, q in sampler.questions if q.question == ex.prompt}
+            positions.append(next(i for i, key in enumerate(ex.pages) if key in truth))
+        return positions
+
+    assert set(evidence_positions(trainer.sampler)) == {0}
+    monkeypatch.setattr(trainer.sampler, "config", replace(trainer.sampler.config, placement="random"))
+    assert set(evidence_positions(trainer.sampler)) - {0}  # somewhere else at least once in 12 draws
+
+
 def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeypatch):
     reader, _ = trainer.reader("stage2")
     ex = trainer.sampler.rerank(0)
