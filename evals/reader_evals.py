@@ -99,7 +99,8 @@ def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2) -> dict:
         expand = reader.select(seq.question, reader.chunks(tokens), p, selector)
         losses.append(float(reader.answer_loss(seq.question, tokens, expand, seq.answer)))
     return {"questions": len(losses), "p": p, "selector": "similarity",
-            "answer_nll_mean": round(statistics.mean(losses), 4), "answer_nll_median": round(statistics.median(losses), 4)}
+            "answer_nll_mean": round(statistics.mean(losses), 4), "answer_nll_median": round(statistics.median(losses), 4),
+            "per_question": [round(x, 4) for x in losses]}  # same order for every checkpoint: paired comparisons
 
 
 def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):

@@ -228,4 +228,5 @@ def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
     assert [(r["p"], r["selector"]) for r in rows] == [(p, s) for p in (0.1, 0.2)
                                                        for s in ("random", "similarity", "trained (GRPO)")]
     assert all(r["questions"] == 3 and 0.0 <= r["accuracy"] <= 1.0 and r["select_ms_p50"] >= 0 for r in rows)
-    assert loss["questions"] == 3 and loss["answer_nll_mean"] > 0 and loss["selector"] == "similarity"
+    assert loss["questions"] == 3 == len(loss["per_question"]) and loss["answer_nll_mean"] > 0
+    assert loss["selector"] == "similarity"
