@@ -43,6 +43,7 @@ class DocRefrag:
         self.qdrant_api_key = qdrant_api_key or os.environ.get("QDRANT_API_KEY")
         self._store: Store | None = None
         self._embedder = None
+        self._encoder = None
         self._llm = None
         self._readers: dict = {}
 
@@ -71,15 +72,23 @@ class DocRefrag:
             self._embedder = TextEmbedder.default()
         return self._embedder
 
+    @property
+    def encoder(self):
+        """The page encoder over the query embedder (its id must match the store's and the reader's)."""
+        if self._encoder is None:
+            from docrefrag_core.page_encoder import LayoutGridEncoder
+
+            self._encoder = LayoutGridEncoder(self.embedder)
+        return self._encoder
+
     def reader(self, checkpoint: Path | str | None = None) -> "DocRefragReader":
         """The Doc-REFRAG reader (default: the checkpoint shipped in the package), loaded once."""
-        from docrefrag_core.page_encoder import LayoutGridEncoder
         from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
 
         path = Path(checkpoint) if checkpoint is not None else DEFAULT_CHECKPOINT
         if path not in self._readers:
             self._readers[path] = load_reader(path, embed_question=self.embedder.embed_queries,
-                                              encoder_id=LayoutGridEncoder(self.embedder).encoder_id)
+                                              encoder_id=self.encoder.encoder_id)
         return self._readers[path]
 
     def ingest(self, paths: Path | str | Iterable[Path | str], workers: int | None = None,
@@ -103,10 +112,7 @@ class DocRefrag:
     def _require_documents(self, store: Store) -> None:
         """Refuse a store with nothing to search, or one whose pages another page encoder encoded."""
         if store.ready_ids():
-            from docrefrag_core.page_encoder import LayoutGridEncoder
-
-            encoder = LayoutGridEncoder(self.embedder)
-            store.check_encoder(encoder.encoder_id, encoder.text_dim)
+            store.check_encoder(self.encoder.encoder_id, self.encoder.text_dim)
             return
         unfinished = [d for d in store.documents() if d.status != "ready"]
         if unfinished:
