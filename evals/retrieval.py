@@ -123,7 +123,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             row = {"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages)}
             if planner is None:
                 cands = searcher.candidates(q.question, scope, k=max(KS))
-                ranking = {m: [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, m), kind="stable")]
+                ranking = {m: [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, m, cands.keys), kind="stable")]
                            for m in fused_methods}
             else:
                 plan = planner(q.question)

@@ -78,13 +78,13 @@ class HybridSearcher:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         cands = self.candidates(query, doc_ids, k)
-        return self.to_hits(cands, fuse(cands.sparse, cands.dense, method), k)
+        return self.to_hits(cands, fuse(cands.sparse, cands.dense, method, cands.keys), k)
 
     def ranked_pages(self, query: str, k: int, method: FusionMethod = DEFAULT_METHOD) -> list[tuple[str, int]]:
         """(doc_id, page) of the pages most similar to `query` in the whole store (at least k when it has
         them), best first: the hard negatives of docrefrag_core.longrag's noisy sequences."""
         cands = self.candidates(query, None, k)
-        order = np.argsort(-fuse(cands.sparse, cands.dense, method), kind="stable")
+        order = np.argsort(-fuse(cands.sparse, cands.dense, method, cands.keys), kind="stable")
         return [cands.keys[i] for i in order]
 
     def to_hits(self, cands: Candidates, fused: np.ndarray, k: int) -> list[Hit]:

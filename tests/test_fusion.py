@@ -150,6 +150,46 @@ def test_disagreement_sharpens_the_shift_toward_the_branch_that_stands_out() -> 
     assert off.weight_sparse == pytest.approx(fuse_with_diagnostics(agreeing, dense, kappa=0.0)[1].weight_sparse)
 
 
+def smooth_profile(n: int, top: int, rng: np.random.Generator) -> np.ndarray:
+    """A branch whose scores follow the document's sections: consecutive pages score alike."""
+    x = np.convolve(rng.normal(0.0, 1.0, n + 6), np.ones(7) / 7.0, mode="valid")  # (n,) a moving average
+    x[top] = x.max() + 1.5
+    return x
+
+
+def test_smoothness_along_the_document_shifts_the_weight_to_the_smooth_branch() -> None:
+    """Two branches that stand out alike and disagree: the one whose scores of consecutive pages agree
+    (as a retriever's do, sections spanning pages) gets the weight; i.i.d. noise does not."""
+    rng = np.random.default_rng(6)
+    n = 60
+    pages = [("doc", p) for p in range(1, n + 1)]
+    smooth = smooth_profile(n, top=10, rng=rng)
+    noise = rng.permutation(smooth)  # the same scores, hence the same reliability, on shuffled pages
+    _, blind = fuse_with_diagnostics(noise, smooth)
+    assert blind.page_pairs == 0 and blind.smoothness_sparse == blind.smoothness_dense == 0.0
+    fused, diag = fuse_with_diagnostics(noise, smooth, pages=pages)
+    assert diag.page_pairs == n - 1
+    assert diag.smoothness_dense > 0.6 and abs(diag.smoothness_sparse) < 0.3
+    assert diag.reliability_sparse == pytest.approx(diag.reliability_dense)
+    assert diag.weight_sparse < blind.weight_sparse and diag.weight_sparse < 0.05
+    assert order(fused)[0] == 10
+    _, mirrored = fuse_with_diagnostics(smooth, noise, pages=pages)  # the same with the branches swapped
+    assert mirrored.weight_sparse > 0.95 and order(fuse(smooth, noise, pages=pages))[0] == 10
+    _, off = fuse_with_diagnostics(noise, smooth, pages=pages, eta=0.0)
+    assert off.weight_sparse == pytest.approx(blind.weight_sparse)
+
+
+def test_smoothness_pairs_only_consecutive_pages_of_one_document() -> None:
+    rng = np.random.default_rng(7)
+    pages = [("a", 1), ("a", 2), ("a", 4), ("b", 3), ("a", 3), ("b", 5), ("b", 4)]  # any order
+    _, diag = fuse_with_diagnostics(rng.normal(size=7), rng.normal(size=7), pages=pages)
+    assert diag.page_pairs == 5  # a1-a2, a2-a3, a3-a4, b3-b4, b4-b5; not a4-b5 nor a2-b3
+    _, few = fuse_with_diagnostics(rng.normal(size=3), rng.normal(size=3), pages=[("a", 1), ("a", 2), ("b", 1)])
+    assert few.page_pairs == 1 and few.smoothness_sparse == few.smoothness_dense == 0.0  # too few to judge
+    with pytest.raises(ValueError, match="one \\(doc_id, page\\) key per candidate: got 2 keys for 3"):
+        fuse(np.ones(3), np.ones(3), pages=[("a", 1), ("a", 2)])
+
+
 def test_penalty_lowers_pages_backed_by_one_branch_only() -> None:
     sparse = np.array([10.0, 9.0, 1.0, 1.1, 0.9, 1.0, 1.2, 0.8])
     dense = np.array([0.9, 0.3, 0.85, 0.31, 0.30, 0.29, 0.32, 0.30])
@@ -165,6 +205,8 @@ def test_penalty_lowers_pages_backed_by_one_branch_only() -> None:
     ({"gamma": -1.0}, "pass 0 for a fixed weight"),
     ({"gamma": float("inf")}, "finite"),
     ({"kappa": -2.0}, "pass 0 to adapt the weight without regard"),
+    ({"eta": -0.5}, "pass 0 to ignore how smoothly"),
+    ({"eta": float("nan")}, "finite"),
     ({"lambda_": 1.5}, "pass 0 to switch the penalty off"),
     ({"lambda_": -0.1}, "in [0, 1]"),
     ({"method": "max"}, "use one of consistency, rrf, sum, sparse, dense"),
@@ -178,7 +220,7 @@ def test_config_validation_says_how_to_fix(kwargs: dict, message: str) -> None:
 
 def test_config_fields_have_help() -> None:
     assert {f.name: bool(f.metadata.get("help")) for f in fields(FusionConfig)} == dict.fromkeys(
-        ["method", "a0", "gamma", "kappa", "lambda_"], True)
+        ["method", "a0", "gamma", "kappa", "eta", "lambda_"], True)
 
 
 def test_misaligned_inputs_are_rejected() -> None:

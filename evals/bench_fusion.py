@@ -1,0 +1,128 @@
+"""Fusion under stress: every fusion method on dumps of both branches' scores, as they are and with one
+branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetitive vocabulary).
+
+    python -m evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench --store STORE --out mmlb.jsonl
+    python -m evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0]
+
+`dump` writes, per answerable question with evidence pages, both branches' scores for every page of its
+document. `stress` emulates the searcher's candidates (each branch's top `--candidates` pages) and reports
+Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
+(U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, mean over seeds;
+"consistency, no pages" is the method without the candidates' page keys (no smoothness term).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from evals.metrics import recall_at
+from indexes.fusion import fuse, minmax
+
+BRANCH_METHODS = ("sparse", "dense")
+METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency")
+
+
+def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
+    from docrefrag.api import DocRefrag
+    from evals.run import prepare
+    from indexes.hybrid import HybridSearcher
+
+    with DocRefrag(store=store_dir) as dr:
+        store = dr.open_store()
+        present, doc_ids, _ = prepare(benchmark, data, store, None, False)
+        searcher = HybridSearcher(store, dr.embedder, n_candidates=1_000_000)  # every page of the document
+        n = 0
+        with open(out, "w") as f:
+            for q in present:
+                if not q.evidence_pages or not q.answerable or q.doc_name not in doc_ids:
+                    continue
+                cands = searcher.candidates(q.question, [doc_ids[q.doc_name]], k=1_000_000)
+                order = np.argsort([key[1] for key in cands.keys])
+                f.write(json.dumps({"qid": q.qid, "evidence": list(q.evidence_pages),
+                                    "pages": [cands.keys[i][1] for i in order],
+                                    "sparse": cands.sparse[order].tolist(), "dense": cands.dense[order].tolist()}) + "\n")
+                n += 1
+    return n
+
+
+def _candidates(pages: np.ndarray, sparse: np.ndarray, dense: np.ndarray, n: int):
+    """Each branch's top n pages (NaN elsewhere), restricted to their union, as HybridSearcher.candidates."""
+    masked = []
+    for x in (sparse, dense):
+        m = np.full_like(x, np.nan)
+        top = np.argsort(-x, kind="stable")[:n]
+        m[top] = x[top]
+        masked.append(m)
+    keep = np.isfinite(masked[0]) | np.isfinite(masked[1])
+    return pages[keep], masked[0][keep], masked[1][keep]
+
+
+def _recall5(rows: list, params: dict, n: int) -> dict[str, float]:
+    totals = dict.fromkeys(METHODS, 0.0)
+    for pages, evidence, sparse, dense in rows:
+        pages, sparse, dense = _candidates(pages, sparse, dense, n)
+        keys = [("doc", int(p)) for p in pages]
+        for method in METHODS:
+            name = method.split(",")[0]
+            fused = fuse(sparse, dense, name, keys if method == "consistency" else None,
+                         **(params if name == "consistency" else {}))
+            ranked = [int(pages[i]) for i in np.argsort(-fused, kind="stable")]
+            totals[method] += recall_at(ranked, set(evidence), 5)
+    return {m: v / len(rows) for m, v in totals.items()}
+
+
+def stress(path: Path, seeds: int, params: dict, n: int) -> str:
+    base = []
+    for line in open(path):
+        r = json.loads(line)
+        base.append((np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), np.array(r["dense"])))
+    results = {"dev": _recall5(base, params, n)}
+    for branch in BRANCH_METHODS:
+        for kind in ("U", "G"):
+            runs = []
+            for seed in range(seeds):
+                rng = np.random.default_rng(seed)
+                rows = []
+                for pages, evidence, sparse, dense in base:
+                    x = sparse if branch == "sparse" else dense
+                    noise = rng.uniform(0.0, 1.0, len(x)) if kind == "U" else rng.normal(0.0, 0.29, len(x))
+                    y = noise + 0.2 * minmax(x)
+                    rows.append((pages, evidence, y, dense) if branch == "sparse" else (pages, evidence, sparse, y))
+                runs.append(_recall5(rows, params, n))
+            results[f"{branch} {kind}"] = {m: float(np.mean([r[m] for r in runs])) for m in METHODS}
+    lines = ["| case | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
+    for case, r in results.items():
+        lines.append(f"| {case} | " + " | ".join(f"{r[m]:.3f}" for m in METHODS) + " |")
+    worst = {m: min(r[m] - max(r[b] for b in BRANCH_METHODS) for c, r in results.items() if c != "dev") for m in METHODS}
+    lines.append("| worst margin to the best branch (noise cases) | " + " | ".join(f"{worst[m]:+.3f}" for m in METHODS) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dump", help="both branches' scores for every page of each question's document")
+    d.add_argument("benchmark", choices=["mmlongbench", "longdocurl"])
+    d.add_argument("--data", type=Path, required=True)
+    d.add_argument("--store", type=Path, required=True)
+    d.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("stress", help="Recall@5 of every fusion method, as dumped and with one branch noise")
+    s.add_argument("dump", type=Path)
+    s.add_argument("--seeds", type=int, default=3)
+    s.add_argument("--candidates", type=int, default=50, help="pages each branch proposes (HybridSearcher's default)")
+    s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a FusionConfig field of the consistency method, e.g. eta=0")
+    args = parser.parse_args()
+    if args.command == "dump":
+        print(f"{dump(args.benchmark, args.data, args.store, args.out)} questions -> {args.out}")
+    else:
+        params = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
+        print(stress(args.dump, args.seeds, params, args.candidates))
+
+
+if __name__ == "__main__":
+    main()
