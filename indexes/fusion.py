@@ -94,6 +94,13 @@ R@5 sparse 0.745, dense 0.648, rrf 0.745, sum 0.774, consistency 0.745 (standard
 differences 0.02-0.04); R@1 / MRR@5 0.411 / 0.639, 0.477 / 0.627, 0.472 / 0.659, 0.479 / 0.689,
 0.501 / 0.698. Stress there (as above): BM25 U 0.431 for sum, 0.640 for consistency (dense 0.648);
 dense U 0.586 for sum, 0.723 for consistency (sparse 0.745).
+
+With the smoothness term (2026-12-01, `python -m evals.bench_fusion stress DUMP`, each branch's top 50
+pages as candidates as in HybridSearcher, 3 noise seeds; full tables in evals/RESULTS.md), defaults
+a0 = 0.45, eta = 0.75 against the previous a0 = 0.35, eta = 0 on the same dumps: MMLongBench-Doc R@5
+0.724 vs 0.723, worst stress margin to the best branch -0.025 vs -0.063 (eta 0.25 / 0.5 / 1 at a0 0.35:
+0.726 / 0.723 / 0.717 with -0.050 / -0.041 / -0.034; eta 2: 0.707-0.712); LongDocURL (held out) 0.778
+vs 0.763, worst margin -0.051 vs -0.090.
 """
 
 from __future__ import annotations

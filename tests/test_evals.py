@@ -205,3 +205,27 @@ def test_answers_markdown_report_has_every_breakdown(tmp_path):
     assert "## by evidence pages" in text and "| Single-page | 0.500 | 2 |" in text and "| Unanswerable | 0.000 | 1 |" in text
     assert "| cross element | 0.250 (4 questions) |" in text and "| latency s | p50 1.50, p95 3.25 |" in text
     assert text.rstrip().endswith("![latency](lat.png)")
+
+
+def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
+    """evals.bench_fusion on a hand-made dump: BM25 finds each question's page, the dense branch does not."""
+    from evals.bench_fusion import METHODS, stress
+
+    rng = np.random.default_rng(0)
+    dump = tmp_path / "dump.jsonl"
+    with open(dump, "w") as f:
+        for i in range(6):
+            pages = list(range(1, 31))
+            sparse = rng.uniform(0.0, 1.0, 30)
+            sparse[i] = 9.0
+            f.write(json.dumps({"qid": str(i), "evidence": [i + 1], "pages": pages, "sparse": sparse.tolist(),
+                                "dense": rng.normal(size=30).tolist()}) + "\n")
+    lines = stress(dump, seeds=1, params={}, n=50).splitlines()
+    assert lines[0] == "| case | " + " | ".join(METHODS) + " |"
+    rows = {line.split(" | ")[0].lstrip("| "): line.strip("| ").split(" | ")[1:] for line in lines[2:]}
+    assert list(rows) == ["dev", "sparse U", "sparse G", "dense U", "dense G",
+                          "worst margin to the best branch (noise cases)"]
+    assert rows["dev"][0] == "1.000"  # BM25 alone puts every evidence page first
+    assert float(rows["sparse U"][0]) < 0.5 and rows["dense U"][0] == "1.000"  # noise in BM25's place loses it
+    worst = [float(x) for x in rows["worst margin to the best branch (noise cases)"]]
+    assert all(w <= 0.0 for w in worst[:2]) and len(worst) == len(METHODS)
