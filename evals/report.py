@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -29,12 +30,15 @@ def recall_curves(per_method: dict[str, dict[str, float]], out: Path, title: str
 
 def answers_markdown(summary: dict, latency_png: Path | None) -> str:
     """The end-to-end report: headline numbers, then every breakdown of the official aggregate
-    (groups of {accuracy, count}), then the latency plot."""
+    (groups of {accuracy, count}), the run's settings, then the latency plot."""
     title = f"# {summary['benchmark']} end to end ({summary.get('questions', 0)} questions, {summary['date']})"
     head = ["| measure | value |", "|---|---|"]
     groups: list[str] = []
     for key, value in summary.items():
         if key in ("benchmark", "date"):
+            continue
+        if key == "settings":  # models, reader checkpoint, ask config, encoder (evals.run.run_settings)
+            groups.append(f"## settings\n\n```json\n{json.dumps(value, indent=2, sort_keys=True)}\n```")
             continue
         if isinstance(value, dict) and value and all(isinstance(v, dict) and "accuracy" in v for v in value.values()):
             rows = "\n".join(f"| {name} | {g['accuracy']:.3f} | {g['count']} |" for name, g in value.items())

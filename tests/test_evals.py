@@ -198,12 +198,14 @@ def test_answers_markdown_report_has_every_breakdown(tmp_path):
 
     summary = {"benchmark": "mmlongbench", "date": "2026-11-30", "questions": 3, "extraction": "none", "accuracy": 1 / 3,
                "by_evidence_pages": {"Single-page": {"accuracy": 0.5, "count": 2}, "Unanswerable": {"accuracy": 0.0, "count": 1}},
-               "cross_element": {"accuracy": 0.25, "count": 4}, "latency_s": {"p50": 1.5, "p95": 3.25}}
-    text = answers_markdown(summary, tmp_path / "lat.png")
+               "cross_element": {"accuracy": 0.25, "count": 4}, "latency_s": {"p50": 1.5, "p95": 3.25},
+               "settings": {"encoder": "layout-grid", "config": {"pages": 8, "tau": 0.6}, "extractor": None}}
+    text = answers_markdown(summary, tmp_path / "lat.png")  # the settings (strings, nested dicts) crashed it
     assert text.startswith("# mmlongbench end to end (3 questions, 2026-11-30)")
     assert "| accuracy | 0.333 |" in text and "| extraction | none |" in text
     assert "## by evidence pages" in text and "| Single-page | 0.500 | 2 |" in text and "| Unanswerable | 0.000 | 1 |" in text
     assert "| cross element | 0.250 (4 questions) |" in text and "| latency s | p50 1.50, p95 3.25 |" in text
+    assert "## settings" in text and '"encoder": "layout-grid"' in text and '"tau": 0.6' in text
     assert text.rstrip().endswith("![latency](lat.png)")
 
 
