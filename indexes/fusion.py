@@ -99,8 +99,16 @@ With the smoothness term (2026-12-01, `python -m evals.bench_fusion stress DUMP`
 pages as candidates as in HybridSearcher, 3 noise seeds; full tables in evals/RESULTS.md), defaults
 a0 = 0.45, eta = 0.75 against the previous a0 = 0.35, eta = 0 on the same dumps: MMLongBench-Doc R@5
 0.724 vs 0.723, worst stress margin to the best branch -0.025 vs -0.063 (eta 0.25 / 0.5 / 1 at a0 0.35:
-0.726 / 0.723 / 0.717 with -0.050 / -0.041 / -0.034; eta 2: 0.707-0.712); LongDocURL (held out) 0.778
-vs 0.763, worst margin -0.051 vs -0.090.
+0.726 / 0.723 / 0.717 with -0.050 / -0.041 / -0.034; eta 2 at a0 0.35-0.45, kappa 1-2: 0.707-0.712);
+LongDocURL (held out) 0.778 vs 0.763, worst margin -0.051 vs -0.090.
+
+Known limit of S: a page one branch did not propose counts as its lowest rank, and those pages are
+the other branch's top pages, which sit together; so on long documents a noisy branch looks smoother
+than on short ones (noise S median by document length on the MMLongBench-Doc dump: -0.05 up to 50
+pages, 0.01 for 51-150, 0.12 above 150; BM25 0.17 / 0.31 / 0.38, so the gap holds there). Counting
+only the pairs a branch scored both pages of (its own S and P per branch) removes that drift but
+measured worse on both sets (2026-12-01: MMLongBench-Doc dev 0.720, worst margin -0.030; LongDocURL
+0.763, -0.066), so the tied ranks stay.
 """
 
 from __future__ import annotations
@@ -214,6 +222,9 @@ def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionM
     if pages is not None and len(pages) != len(sparse):
         raise ValueError(f"pages must give one (doc_id, page) key per candidate: got {len(pages)} keys for "
                          f"{len(sparse)} candidates")
+    if pages is not None and len(set(pages)) != len(pages):
+        raise ValueError(f"pages must name each candidate once: {len(pages) - len(set(pages))} duplicate "
+                         "(doc_id, page) keys; merge a page's scores into one candidate first")
     n_s, rel_s = _branch(sparse)
     n_d, rel_d = _branch(dense)
     s = np.where(np.isfinite(sparse), sparse, -np.inf)

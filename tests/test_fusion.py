@@ -188,6 +188,8 @@ def test_smoothness_pairs_only_consecutive_pages_of_one_document() -> None:
     assert few.page_pairs == 1 and few.smoothness_sparse == few.smoothness_dense == 0.0  # too few to judge
     with pytest.raises(ValueError, match="one \\(doc_id, page\\) key per candidate: got 2 keys for 3"):
         fuse(np.ones(3), np.ones(3), pages=[("a", 1), ("a", 2)])
+    with pytest.raises(ValueError, match="1 duplicate"):
+        fuse(np.ones(3), np.ones(3), pages=[("a", 1), ("a", 2), ("a", 1)])
 
 
 def test_penalty_lowers_pages_backed_by_one_branch_only() -> None:
