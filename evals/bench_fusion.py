@@ -27,14 +27,14 @@ METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency"
 
 
 def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
-    from docrefrag.api import DocRefrag
+    from docrefrag_core.text_embedder import TextEmbedder
     from evals.run import prepare
     from indexes.hybrid import HybridSearcher
+    from indexes.store import Store
 
-    with DocRefrag(store=store_dir) as dr:
-        store = dr.open_store()
+    with Store(store_dir) as store:
         present, doc_ids, _ = prepare(benchmark, data, store, None, False)
-        searcher = HybridSearcher(store, dr.embedder, n_candidates=1_000_000)  # every page of the document
+        searcher = HybridSearcher(store, TextEmbedder.default(), n_candidates=1_000_000)  # every page of the document
         n = 0
         with open(out, "w") as f:
             for q in present:
