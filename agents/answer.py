@@ -37,6 +37,9 @@ _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the docum
                 "the answer is not in the document", "not mentioned", "not found", "unknown", ""}
 
 
+_LEAD_IN = re.compile(r"^(?:the\s+)?(?:short\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*", re.I)
+
+
 @dataclass
 class PageText:
     doc_id: str
@@ -73,8 +76,7 @@ def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) ->
                              HumanMessage(prompts.ANSWER_USER.format(pages=context, question=question))],
                        stop=["\n"])
     text = str(reply.content).strip()
-    answer = text.splitlines()[0].strip() if text else ""
-    answer = re.sub(r"^(short answer|answer)\s*:\s*", "", answer, flags=re.I).strip().strip('"')
+    answer = short_answer(text.splitlines()[0] if text else "")
     usage = getattr(reply, "usage_metadata", None) or {}
     return canonical(answer), int(usage.get("output_tokens", 0))
 
@@ -97,8 +99,7 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
                 chunks.append(ChunkRecord(c.doc_id, c.page, c.chunk, c.text, box))
         if chunks:
             cited.append(PageText(p.doc_id, p.page, p.text, chunks))
-    answer = re.sub(r"^(short answer|answer)\s*:\s*", "", out.text, flags=re.I).strip().strip('"')
-    return canonical(answer), out.output_tokens, cited
+    return canonical(short_answer(out.text)), out.output_tokens, cited
 
 
 def cite(answer: str, pages: list[PageText]) -> list[Claim]:
@@ -118,6 +119,16 @@ def cite(answer: str, pages: list[PageText]) -> list[Claim]:
     citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
                         snippet=chunk.text[:300] if chunk else page.text[:300])
     return [Claim(text=answer, citations=[citation])]
+
+
+def short_answer(reply: str) -> str:
+    """The answer in a one-line reply, without the lead-in small models write ("Answer:", "The short
+    answer is 1.", "The answer is: 22") and without the full stop that closes a one-sentence reply:
+    the official scorers compare numbers exactly, so "300." would not match 300."""
+    answer = _LEAD_IN.sub("", reply.strip()).strip().strip('"').strip()
+    if answer.endswith(".") and not re.search(r"\.\s", answer):
+        answer = answer[:-1].rstrip()
+    return answer
 
 
 def canonical(answer: str) -> str:

@@ -297,6 +297,22 @@ def test_a_refinement_that_echoes_the_question_searches_its_intents(dr):
     assert any(q["sparse"].startswith(QUESTION) for q in second["queries"])  # the question is still searched
 
 
+def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
+    from agents.answer import short_answer
+    from evals.scoring import mmlongbench_score
+
+    replies = {"The answer is 300.": "300", "The answer is: 22": "22", "The short answer is 1.": "1",
+               'Short answer: "Paris"': "Paris", "Answer: 4,812": "4,812", "3.5.": "3.5"}
+    for reply, answer in replies.items():
+        assert short_answer(reply) == answer
+    assert mmlongbench_score("300", short_answer("The answer is 300."), "Int") == 1.0
+    assert mmlongbench_score("300", "The answer is 300.", "Int") == 0.0  # what the scorer saw before
+    # words that only begin like a lead-in, and replies of several sentences, are left as written
+    assert short_answer("Answers vary by region.") == "Answers vary by region"
+    assert short_answer("Answer the phone") == "Answer the phone"
+    assert short_answer("Sales rose. Costs fell.") == "Sales rose. Costs fell."
+
+
 def test_abstentions_are_written_as_not_answerable():
     from agents.answer import canonical, is_unanswerable
     from agents.validation import lexical_support
