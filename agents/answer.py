@@ -37,6 +37,7 @@ _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the docum
                 "the answer is not in the document", "not mentioned", "not found", "unknown", ""}
 
 
+SHORT_WORDS = 3
 _LEAD_IN = re.compile(r"^(?:the\s+)?(?:short\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*", re.I)
 
 
@@ -123,10 +124,11 @@ def cite(answer: str, pages: list[PageText]) -> list[Claim]:
 
 def short_answer(reply: str) -> str:
     """The answer in a one-line reply, without the lead-in small models write ("Answer:", "The short
-    answer is 1.", "The answer is: 22") and without the full stop that closes a one-sentence reply:
-    the official scorers compare numbers exactly, so "300." would not match 300."""
+    answer is 1.", "The answer is: 22") and without the full stop after a short answer (a number or
+    up to SHORT_WORDS words; a sentence keeps it): the official scorers compare numbers exactly, so
+    "300." would not match 300."""
     answer = _LEAD_IN.sub("", reply.strip()).strip().strip('"').strip()
-    if answer.endswith(".") and not re.search(r"\.\s", answer):
+    if answer.endswith(".") and len(answer.split()) <= SHORT_WORDS and not re.search(r"\.\s", answer):
         answer = answer[:-1].rstrip()
     return answer
 

@@ -93,10 +93,14 @@ def _load(path: Path) -> _Loaded:
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
             t0 = time.perf_counter()
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"the chat model at {path} could not be loaded ({str(e).splitlines()[0]}); check that "
+                                 "the folder holds a complete Hugging Face causal LM (config, tokenizer, weights)") from e
             if not tokenizer.chat_template:
                 raise ValueError(f"the tokenizer at {path} has no chat template; LocalChatModel needs an instruct model")
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
             eos = model.generation_config.eos_token_id
             stop_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
             cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -423,6 +427,23 @@ def invoke_llm(model: Runnable, messages: LanguageModelInput, **kwargs: Any) -> 
         raise LLMUnavailableError(what, None, url=url, provider=type(model).__name__) from e
 
 
+def _local_model_problem(path: Path) -> str | None:
+    """What a model directory lacks to be loaded (checked before any work, not at the first answer)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except FileNotFoundError:
+        return "no config.json there"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"its config.json cannot be read as JSON: {e}"
+    if not isinstance(config, dict) or "model_type" not in config:
+        return "its config.json names no model_type"
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+        return "no tokenizer file (tokenizer.json, tokenizer.model or vocab.json)"
+    if not (any(path.glob("*.safetensors")) or any(path.glob("pytorch_model*.bin"))):
+        return "no weights (*.safetensors or pytorch_model*.bin)"
+    return None
+
+
 def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int = 2,
              backoff: float = 0.5) -> BaseChatModel:
     """The chat model an `--llm` value names (see the module docstring for the forms).
@@ -436,8 +457,9 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
         if not spec[6:]:
             raise ValueError(f"--llm {spec!r} names no directory; use one of {', '.join(SPEC_FORMS)}")
         path = Path(spec[6:]).expanduser()
-        if not (path / "config.json").is_file():
-            raise ValueError(f"--llm {spec!r}: no Hugging Face model at {path} (no config.json there); pass the "
+        problem = _local_model_problem(path)
+        if problem:
+            raise ValueError(f"--llm {spec!r}: no usable Hugging Face model at {path} ({problem}); pass the "
                              "directory that holds the model's config.json, tokenizer and weights")
         return LocalChatModel(path=path)
     if spec.startswith("openai:"):

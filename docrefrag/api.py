@@ -18,7 +18,7 @@ import platformdirs
 from indexes.errors import StoreError
 from indexes.fusion import DEFAULT_METHOD, FusionMethod
 from indexes.hybrid import Hit, HybridSearcher
-from indexes.ingest import Ingestor, IngestResult
+from indexes.ingest import Ingestor, IngestResult, discover
 from indexes.store import DocInfo, Store, unfinished_summary
 
 if TYPE_CHECKING:
@@ -95,8 +95,10 @@ class DocRefrag:
                show_progress: bool = False) -> list[IngestResult]:
         """Ingest PDF files, folders of PDFs and folders of page images (one path or several); see
         `indexes.ingest`."""
-        if isinstance(paths, (str, Path)):
-            paths = [paths]
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        sources, failed = discover(paths)
+        if not sources:  # nothing to ingest (wrong paths, unsupported files): no store is created or touched
+            return failed
         store = self.open_store(create=True)
         with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
             return ingestor.ingest(paths)
@@ -150,7 +152,7 @@ class DocRefrag:
         (default: the one shipped in the package).
         """
         if not question.strip():
-            raise ValueError("the question is empty")
+            raise ValueError('the question is empty; ask it in words, e.g. docrefrag ask "What was net revenue in 2023?"')
         return self._run(question, doc, llm, config, on_event, thread_id, nodes, checkpoint, resume=False)
 
     def resume(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,

@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+RESUMABLE = ("ingest", "eval", "train")  # commands whose rerun continues where an interrupted one stopped
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -182,12 +185,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        print("interrupted; rerun the same command to resume", file=sys.stderr)
+        print("interrupted" + ("; rerun the same command to resume" if args.command in RESUMABLE else ""), file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:  # every error reaches the user as one line; -v adds the traceback
         if args.verbose:
             logging.getLogger("docrefrag").exception("failed")
-        print(" ".join(["error:", str(e), *getattr(e, "__notes__", ())]), file=sys.stderr)
+        notes = [n for n in getattr(e, "__notes__", ()) if not n.startswith("During task with name")]  # LangGraph's
+        print(" ".join(["error:", str(e), *notes]), file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -196,6 +200,8 @@ def _quiet_libraries() -> None:
     import warnings
 
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)  # from peft
+    # qdrant-client's, before the one-line error that names the unreachable server
+    warnings.filterwarnings("ignore", message="Failed to obtain server version", category=UserWarning)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -277,6 +283,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:
         print(json.dumps([{**asdict(h), "name": names.get(h.doc_id)} for h in hits], indent=2))
+        return EXIT_OK
+    if not hits:  # every page a candidate, so only documents without a readable page give none
+        print("no pages found: the documents searched have no readable page (`docrefrag docs` shows failed pages)")
         return EXIT_OK
     print(f"{'#':>2} {'document':32s} {'page':>4} {'fused':>7} {'bm25':>7} {'visual':>7}  snippet")
     for i, h in enumerate(hits, 1):

@@ -59,8 +59,9 @@ class AskConfig:
             raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
         if not 0.0 <= self.tau <= 1.0:
             raise ValueError(f"tau is a confidence in [0, 1], got {self.tau}")
-        if self.pages < 1 or self.reader_pages < 1:
-            raise ValueError(f"pages and reader_pages must be >= 1, got {self.pages} and {self.reader_pages}")
+        for name, hint in (("pages", "--pages with --answerer chat"), ("reader_pages", "--pages with the reader")):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} ({hint}) is the number of pages read and must be >= 1, got {getattr(self, name)}")
         if self.answerer not in ("reader", "chat"):
             raise ValueError(f"answerer must be 'reader' or 'chat', got {self.answerer!r}")
         if self.fusion not in METHODS:
@@ -79,6 +80,8 @@ class AskConfig:
             values = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
         except FileNotFoundError:
             raise ValueError(f"config file {path} does not exist") from None
+        except OSError as e:  # a folder, no permission
+            raise ValueError(f"config file {path} cannot be read ({e.strerror}); pass a TOML or JSON file") from None
         except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"config file {path} is not valid {'JSON' if Path(path).suffix == '.json' else 'TOML'}: {e}") from None
         if not isinstance(values, dict):

@@ -8,14 +8,16 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 from tqdm import tqdm
@@ -150,6 +152,21 @@ _encoder: PageEncoder | None = None
 _encoder_error: str | None = None
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ctrl-C ignored while a submit may start worker processes: they inherit it, so a Ctrl-C (sent to
+    the whole process group) stops only this process, which reports it in one line, instead of every
+    worker printing its own traceback from the middle of its imports."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _worker_init(encoder_factory: EncoderFactory) -> None:
     """Build the encoder; exit when the ingesting process dies (kill -9 leaves no orphaned workers)."""
     global _encoder, _encoder_error
@@ -207,6 +224,8 @@ class Ingestor:
 
     def __init__(self, store: Store, encoder_factory: EncoderFactory = default_encoder, workers: int | None = None,
                  show_progress: bool = True) -> None:
+        if workers is not None and workers < 0:
+            raise ValueError(f"workers must be >= 1 (or 0 for the default: the CPU count, at most 4), got {workers}")
         self.store, self.encoder_factory, self.show_progress = store, encoder_factory, show_progress
         self.workers = workers or max(1, min(os.cpu_count() or 1, 4))
         self._pool: ProcessPoolExecutor | None = None
@@ -265,6 +284,10 @@ class Ingestor:
                    disable=not self.show_progress, leave=False)
         try:
             self._run_pages(doc_id, source, todo, timings, bar)
+        except BaseException:
+            if known is None:  # failed or stopped before its first page: not a document to resume
+                self.store.forget_unstarted(doc_id)
+            raise
         finally:
             bar.close()
         self.store.finish_document(doc_id)
@@ -317,12 +340,14 @@ class Ingestor:
         """Submit one page; None when the pool has broken under pages already in flight (their results
         say so); a pool found broken with nothing in flight is replaced."""
         try:
-            return self.pool.submit(_process_in_worker, source, index)
+            with _sigint_ignored():
+                return self.pool.submit(_process_in_worker, source, index)
         except BrokenProcessPool:
             if busy:
                 return None
             self._drop_pool()
-            return self.pool.submit(_process_in_worker, source, index)
+            with _sigint_ignored():
+                return self.pool.submit(_process_in_worker, source, index)
 
     def _drop_pool(self) -> None:
         if self._pool is not None:

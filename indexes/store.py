@@ -103,17 +103,19 @@ class Store:
     def __init__(self, root: Path | str, qdrant_url: str | None = None, qdrant_api_key: str | None = None,
                  create: bool = False) -> None:
         self.root = Path(root).expanduser()
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{self.root} is a file, not a store folder; pass a folder (new or existing) to --store")
         if not (self.root / "catalog.sqlite").is_file():
             if not create:
                 raise StoreError(f"no docrefrag store at {self.root}; create one with `docrefrag ingest PATH --store {self.root}`")
             self.root.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.root / "catalog.sqlite", timeout=30.0)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
-        with self.db:
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
+        try:
+            self._open_catalog()
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            raise StoreError(f"the store's catalog {self.root / 'catalog.sqlite'} is damaged ({e}); the store cannot be "
+                             "read: move the folder aside and ingest the documents into a new store") from e
         schema = int(self._meta("schema"))
         if schema != SCHEMA_VERSION:
             raise StoreError(f"the store at {self.root} has schema {schema}; this docrefrag reads {SCHEMA_VERSION}. "
@@ -122,13 +124,15 @@ class Store:
         if qdrant_url and stored_url is None and self.documents():
             raise StoreError(f"the store at {self.root} keeps its vectors in the embedded index; "
                              "drop --qdrant-url or ingest into a new store")
-        if qdrant_url and stored_url is None:
-            with self.db:
-                self.db.execute("INSERT INTO meta VALUES ('qdrant_url', ?)", (qdrant_url,))
-            stored_url = qdrant_url
         if stored_url and qdrant_url and qdrant_url != stored_url:
             raise StoreError(f"the store at {self.root} keeps its vectors at {stored_url}, not {qdrant_url}")
-        self.qdrant_url, self.qdrant_api_key = stored_url, qdrant_api_key
+        if not (stored_url or qdrant_url) and not (self.root / "visual").exists() and self._has_vectors():
+            raise StoreError(f"the store's visual index {self.root / 'visual'} is missing (deleted or not copied with the "
+                             "store): search would lose its dense branch; restore the folder, or ingest the documents "
+                             "into a new store")
+        # a new store is bound to a server only once the server has answered (`visual`): a dead or mistyped
+        # URL must not tie the store to it
+        self.qdrant_url, self.qdrant_api_key = stored_url or qdrant_url, qdrant_api_key
         self._visual = None
         self._bm25: tuple[int, BM25Index] | None = None
 
@@ -145,6 +149,18 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _open_catalog(self) -> None:
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
+        with self.db:
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")
+
+    def _has_vectors(self) -> bool:
+        """Some page was encoded, so the visual index holds its vectors."""
+        return self.db.execute("SELECT 1 FROM tokens LIMIT 1").fetchone() is not None
 
     def _meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -163,6 +179,9 @@ class Store:
             except VisualIndexLockedError as e:
                 raise StoreError(f"the store at {self.root} is in use by another docrefrag process "
                                  f"(an ingest?); wait for it to finish and retry ({e})") from e
+            if self.qdrant_url and self._meta("qdrant_url") is None:
+                with self.db:
+                    self.db.execute("INSERT INTO meta VALUES ('qdrant_url', ?)", (self.qdrant_url,))
         return self._visual
 
     @property
@@ -308,6 +327,13 @@ class Store:
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO documents VALUES (?, ?, ?, ?, ?, ?, 'ingesting', ?)",
                             (doc_id, name, source, kind, n_pages, size, time.time()))
+
+    def forget_unstarted(self, doc_id: str) -> None:
+        """Drop the record of a document that an ingest began but stored no page of (it failed or was
+        stopped first): nothing to resume, so nothing may be listed as partly ingested."""
+        with self.db:
+            if self.db.execute("SELECT 1 FROM pages WHERE doc_id = ? LIMIT 1", (doc_id,)).fetchone() is None:
+                self.db.execute("DELETE FROM documents WHERE doc_id = ? AND status = 'ingesting'", (doc_id,))
 
     def relocate(self, doc_id: str, name: str, source: str) -> None:
         """The document's file was moved (or its folder renamed): record where it is now."""

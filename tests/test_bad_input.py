@@ -10,7 +10,9 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -463,6 +465,56 @@ def test_api_ingest_takes_one_path_as_well_as_several(tmp_path):
         for one in (str(missing), missing):
             (result,) = api.ingest(one)  # a lone path, not an iterable of its characters
             assert result.status == "failed" and "check the path" in result.message
+    assert not (tmp_path / "store").exists()  # nothing to ingest: no store is created
+
+
+def test_a_store_path_that_is_a_file_or_a_damaged_catalog_is_one_clear_error(tmp_path):
+    report = tmp_path / "report.pdf"
+    report.write_bytes(b"%PDF-1.4 not a store")
+    with pytest.raises(StoreError, match="is a file, not a store folder"):
+        Store(report, create=True)
+    assert report.read_bytes() == b"%PDF-1.4 not a store"
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "catalog.sqlite").write_bytes(random.Random(2).randbytes(4096))
+    with pytest.raises(StoreError, match=r"catalog .*catalog.sqlite is damaged .*ingest the documents into a new store"):
+        Store(tmp_path / "store")
+
+
+def test_a_store_whose_visual_index_was_deleted_is_refused(tmp_path, ingest, light_pdf):
+    with Store(tmp_path / "store", create=True) as store:
+        ingest(store, light_pdf(tmp_path / "survey.pdf", 1, tag="census"))
+    shutil.rmtree(tmp_path / "store" / "visual")
+    with pytest.raises(StoreError, match=r"visual index .*visual is missing"):
+        Store(tmp_path / "store")
+
+
+def no_encoder():
+    """An encoder factory for worker processes whose weights are missing."""
+    raise FileNotFoundError("no cached weights for all-MiniLM-L6-v2; run `docrefrag models fetch`")
+
+
+def test_an_ingest_that_fails_before_its_first_page_lists_no_partial_document(tmp_path, light_pdf):
+    pdf = light_pdf(tmp_path / "survey.pdf", 2)
+    with Store(tmp_path / "store", create=True) as store, \
+            Ingestor(store, no_encoder, workers=1, show_progress=False) as ingestor:
+        with pytest.raises(Exception, match="models fetch"):
+            ingestor.ingest([pdf])
+        assert store.documents() == []  # nothing to resume, so nothing listed as partly ingested
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        Ingestor(None, workers=-2)
+
+
+def test_a_new_store_is_not_bound_to_a_qdrant_server_that_did_not_answer(tmp_path):
+    from indexes.visual import QdrantUnavailableError
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with Store(tmp_path / "store", qdrant_url=dead, create=True) as store:
+        with pytest.raises(QdrantUnavailableError, match="cannot reach the Qdrant server"):
+            store.visual
+    with Store(tmp_path / "store") as store:
+        assert store.qdrant_url is None  # the next ingest uses the embedded index (or another URL)
 
 
 def test_a_store_of_another_page_encoder_is_refused_for_search_and_ask(tmp_path, ingest, light_pdf):
@@ -477,3 +529,18 @@ def test_a_store_of_another_page_encoder_is_refused_for_search_and_ask(tmp_path,
             api.search("census")
         with pytest.raises(StoreError, match="holds tokens of encoder 'layoutgrid-old'"):
             api.ask("How many otters?", llm="builtins:dict")
+
+
+def test_cli_error_is_one_line_without_langgraphs_task_note(monkeypatch, capsys):
+    from docrefrag import cli
+
+    def failing(args):
+        e = ConnectionError("LLM endpoint http://127.0.0.1:9/v1 refused the connection")
+        e.add_note("During task with name 'validate' and id '98d64212'")  # LangGraph's, internal
+        e.add_note("(run id 5532: its checkpoint is kept)")  # ours, for the user
+        raise e
+
+    monkeypatch.setitem(cli.COMMANDS, "docs", failing)
+    assert cli.main(["docs"]) == cli.EXIT_ERROR
+    assert capsys.readouterr().err == ("error: LLM endpoint http://127.0.0.1:9/v1 refused the connection "
+                                       "(run id 5532: its checkpoint is kept)\n")

@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models load with local_files
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -303,6 +304,30 @@ def test_make_llm_says_which_local_directory_lacks_a_model(tmp_path):
         make_llm(f"local:{tmp_path}")
     assert type(e.value) is ValueError  # one line for the CLI, not a pydantic validation report
     assert str(tmp_path) in str(e.value) and "config.json" in str(e.value) and "pass the directory" in str(e.value)
+
+
+@pytest.mark.parametrize("files, problem", [
+    ({"config.json": "{not json"}, "cannot be read as JSON"),
+    ({"config.json": '{"model_type": "llama"}'}, "no tokenizer file"),
+    ({"config.json": '{"model_type": "llama"}', "tokenizer.json": "{}"}, "no weights"),
+])
+def test_make_llm_checks_a_local_model_before_any_work(tmp_path, files, problem):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=re.escape(problem)) as e:
+        make_llm(f"local:{tmp_path}")
+    assert str(tmp_path) in str(e.value) and "pass the directory" in str(e.value)
+
+
+def test_a_local_model_that_fails_to_load_is_one_clear_error(tmp_path):
+    from agents.llm import LocalChatModel
+
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "tokenizer.json").write_text("{}")  # not a tokenizer
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    with pytest.raises(ValueError, match="could not be loaded .*complete Hugging Face causal LM") as e:
+        LocalChatModel(path=tmp_path).invoke("hello")
+    assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)
 
 
 def test_the_api_passes_timeout_and_retries_to_an_endpoint(tmp_path):
