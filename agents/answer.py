@@ -38,6 +38,7 @@ _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the docum
 
 
 SHORT_WORDS = 3
+_ABBREVIATIONS = frozenset("inc ltd co corp plc jr sr st etc vs no dept".split())  # their full stop is part of the word
 _LEAD_IN = re.compile(r"^(?:the\s+)?(?:short\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*", re.I)
 
 
@@ -125,11 +126,17 @@ def cite(answer: str, pages: list[PageText]) -> list[Claim]:
 def short_answer(reply: str) -> str:
     """The answer in a one-line reply, without the lead-in small models write ("Answer:", "The short
     answer is 1.", "The answer is: 22") and without the full stop after a short answer (a number or
-    up to SHORT_WORDS words; a sentence keeps it): the official scorers compare numbers exactly, so
-    "300." would not match 300."""
-    answer = _LEAD_IN.sub("", reply.strip()).strip().strip('"').strip()
-    if answer.endswith(".") and len(answer.split()) <= SHORT_WORDS and not re.search(r"\.\s", answer):
-        answer = answer[:-1].rstrip()
+    up to SHORT_WORDS words, not ending in an abbreviation; a sentence keeps it): the official scorers
+    compare numbers exactly, so "300." would not match 300. An abstention is recognised before the
+    lead-in goes ("The answer is not in the document."); a lead-in alone is kept as written."""
+    reply = reply.strip()
+    if canonical(reply) == NOT_ANSWERABLE:
+        return NOT_ANSWERABLE
+    answer = _LEAD_IN.sub("", reply).strip().strip('"').strip() or reply
+    last = answer.split()[-1].lower() if answer.split() else ""
+    if (answer.endswith(".") and len(answer.split()) <= SHORT_WORDS and not re.search(r"\.\s", answer)
+            and ("." not in last[:-1] or re.fullmatch(r"[\d.,%]+", last[:-1])) and last[:-1] not in _ABBREVIATIONS):
+        answer = answer[:-1].rstrip().strip('"')
     return answer
 
 

@@ -95,12 +95,14 @@ def _load(path: Path) -> _Loaded:
             t0 = time.perf_counter()
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"the chat model at {path} could not be loaded ({str(e).splitlines()[0]}); check that "
-                                 "the folder holds a complete Hugging Face causal LM (config, tokenizer, weights)") from e
-            if not tokenizer.chat_template:
+            except Exception as e:  # OSError, bad JSON, a missing tokenizer backend
+                raise _unloadable(path, e) from e
+            if not tokenizer.chat_template:  # before the weights: a large base model is refused at once
                 raise ValueError(f"the tokenizer at {path} has no chat template; LocalChatModel needs an instruct model")
+            try:
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+            except Exception as e:  # a damaged safetensors header, state-dict shapes, an unknown architecture
+                raise _unloadable(path, e) from e
             eos = model.generation_config.eos_token_id
             stop_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
             cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -108,6 +110,12 @@ def _load(path: Path) -> _Loaded:
                                     cache_kw)
             logger.info("loaded %s in %.1f s", path, time.perf_counter() - t0)
         return _LOADED[path]
+
+
+def _unloadable(path: Path, e: Exception) -> ValueError:
+    first = (str(e).splitlines() or [""])[0] or type(e).__name__
+    return ValueError(f"the chat model at {path} could not be loaded ({first}); check that the folder holds a "
+                      "complete Hugging Face causal LM (config, tokenizer, weights)")
 
 
 _ROLES = {SystemMessage: "system", HumanMessage: "user", AIMessage: "assistant"}
@@ -437,8 +445,9 @@ def _local_model_problem(path: Path) -> str | None:
         return f"its config.json cannot be read as JSON: {e}"
     if not isinstance(config, dict) or "model_type" not in config:
         return "its config.json names no model_type"
-    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")):
-        return "no tokenizer file (tokenizer.json, tokenizer.model or vocab.json)"
+    if not (any((path / name).is_file() for name in ("tokenizer.json", "vocab.json", "vocab.txt"))
+            or any(path.glob("*.model")) or any(path.glob("*.tiktoken"))):
+        return "no tokenizer file (tokenizer.json, vocab.json, vocab.txt, *.model or *.tiktoken)"
     if not (any(path.glob("*.safetensors")) or any(path.glob("pytorch_model*.bin"))):
         return "no weights (*.safetensors or pytorch_model*.bin)"
     return None

@@ -18,7 +18,7 @@ import platformdirs
 from indexes.errors import StoreError
 from indexes.fusion import DEFAULT_METHOD, FusionMethod
 from indexes.hybrid import Hit, HybridSearcher
-from indexes.ingest import Ingestor, IngestResult, discover
+from indexes.ingest import Ingestor, IngestResult, check_workers, discover
 from indexes.store import DocInfo, Store, unfinished_summary
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ class DocRefrag:
                show_progress: bool = False) -> list[IngestResult]:
         """Ingest PDF files, folders of PDFs and folders of page images (one path or several); see
         `indexes.ingest`."""
+        check_workers(workers)
         paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
         sources, failed = discover(paths)
         if not sources:  # nothing to ingest (wrong paths, unsupported files): no store is created or touched

@@ -259,7 +259,8 @@ def _reader_record() -> dict:
 def cmd_ingest(args: argparse.Namespace) -> int:
     with _api(args) as dr:
         results = dr.ingest(args.paths, workers=args.workers, show_progress=not args.json and sys.stderr.isatty())
-        print(f"store: {dr.store_path}", file=sys.stderr)
+        if (dr.store_path / "catalog.sqlite").is_file():  # nothing to ingest creates no store
+            print(f"store: {dr.store_path}", file=sys.stderr)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=2))
     for r in results:

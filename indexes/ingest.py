@@ -164,7 +164,7 @@ def _sigint_ignored() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
 
 
 def _worker_init(encoder_factory: EncoderFactory) -> None:
@@ -219,13 +219,17 @@ def encode_document(pdf: Path, encoder: PageEncoder) -> np.ndarray:
 # ---------------------------------------------------------------------- main side
 
 
+def check_workers(workers: int | None) -> None:
+    if workers is not None and workers < 0:
+        raise ValueError(f"workers must be >= 1 (or 0 for the default: the CPU count, at most 4), got {workers}")
+
+
 class Ingestor:
     """Runs ingests into one store with one encoder and one pool of page-parsing workers."""
 
     def __init__(self, store: Store, encoder_factory: EncoderFactory = default_encoder, workers: int | None = None,
                  show_progress: bool = True) -> None:
-        if workers is not None and workers < 0:
-            raise ValueError(f"workers must be >= 1 (or 0 for the default: the CPU count, at most 4), got {workers}")
+        check_workers(workers)
         self.store, self.encoder_factory, self.show_progress = store, encoder_factory, show_progress
         self.workers = workers or max(1, min(os.cpu_count() or 1, 4))
         self._pool: ProcessPoolExecutor | None = None

@@ -109,19 +109,37 @@ class Store:
             if not create:
                 raise StoreError(f"no docrefrag store at {self.root}; create one with `docrefrag ingest PATH --store {self.root}`")
             self.root.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.root / "catalog.sqlite", timeout=30.0)
+        catalog = self.root / "catalog.sqlite"
+        try:
+            self.db = sqlite3.connect(catalog, timeout=30.0)
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"cannot open the store's catalog {catalog} ({e}); check the folder's permissions") from e
         try:
             self._open_catalog()
+            self._check(qdrant_url)
+        except sqlite3.OperationalError as e:  # locked, read-only, disk full: the catalog itself may be fine
+            self.db.close()
+            raise StoreError(f"cannot use the store's catalog {catalog} ({e}); check that the folder is writable, "
+                             "has free space and is on a local disk, and that no other process holds it") from e
         except sqlite3.DatabaseError as e:
             self.db.close()
-            raise StoreError(f"the store's catalog {self.root / 'catalog.sqlite'} is damaged ({e}); the store cannot be "
-                             "read: move the folder aside and ingest the documents into a new store") from e
+            raise StoreError(f"the store's catalog {catalog} is damaged ({e}); the store cannot be read: move the "
+                             "folder aside and ingest the documents into a new store") from e
+        except BaseException:
+            self.db.close()
+            raise
+        self.qdrant_api_key = qdrant_api_key
+        self._visual = None
+        self._bm25: tuple[int, BM25Index] | None = None
+
+    def _check(self, qdrant_url: str | None) -> None:
+        """Refuse a store of another schema, a URL that contradicts where its vectors are, a lost index."""
         schema = int(self._meta("schema"))
         if schema != SCHEMA_VERSION:
             raise StoreError(f"the store at {self.root} has schema {schema}; this docrefrag reads {SCHEMA_VERSION}. "
                              "Ingest your documents into a new store.")
         stored_url = self._meta("qdrant_url")
-        if qdrant_url and stored_url is None and self.documents():
+        if qdrant_url and stored_url is None and self._has_vectors():
             raise StoreError(f"the store at {self.root} keeps its vectors in the embedded index; "
                              "drop --qdrant-url or ingest into a new store")
         if stored_url and qdrant_url and qdrant_url != stored_url:
@@ -132,9 +150,7 @@ class Store:
                              "into a new store")
         # a new store is bound to a server only once the server has answered (`visual`): a dead or mistyped
         # URL must not tie the store to it
-        self.qdrant_url, self.qdrant_api_key = stored_url or qdrant_url, qdrant_api_key
-        self._visual = None
-        self._bm25: tuple[int, BM25Index] | None = None
+        self.qdrant_url = stored_url or qdrant_url
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -181,7 +197,10 @@ class Store:
                                  f"(an ingest?); wait for it to finish and retry ({e})") from e
             if self.qdrant_url and self._meta("qdrant_url") is None:
                 with self.db:
-                    self.db.execute("INSERT INTO meta VALUES ('qdrant_url', ?)", (self.qdrant_url,))
+                    self.db.execute("INSERT OR IGNORE INTO meta VALUES ('qdrant_url', ?)", (self.qdrant_url,))
+                if self._meta("qdrant_url") != self.qdrant_url:  # another process bound it first, elsewhere
+                    raise StoreError(f"the store at {self.root} keeps its vectors at {self._meta('qdrant_url')}, "
+                                     f"not {self.qdrant_url}")
         return self._visual
 
     @property

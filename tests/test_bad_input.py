@@ -504,6 +504,21 @@ def test_an_ingest_that_fails_before_its_first_page_lists_no_partial_document(tm
         Ingestor(None, workers=-2)
 
 
+def test_negative_workers_are_refused_before_a_store_is_created(tmp_path, light_pdf):
+    from docrefrag import DocRefrag
+
+    with DocRefrag(store=tmp_path / "store") as api, pytest.raises(ValueError, match="workers must be >= 1"):
+        api.ingest(light_pdf(tmp_path / "survey.pdf", 1), workers=-2)
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_store_whose_pages_all_failed_can_still_be_bound_to_a_qdrant_server(tmp_path):
+    with Store(tmp_path / "store", create=True) as store:  # a first ingest whose only page failed: no vectors
+        store.begin_document("d1", "scan.pdf", "/x/scan.pdf", "pdf", 1, 10)
+    with Store(tmp_path / "store", qdrant_url="http://127.0.0.1:6333") as store:
+        assert store.qdrant_url == "http://127.0.0.1:6333"  # no embedded vectors stand in the way
+
+
 def test_a_new_store_is_not_bound_to_a_qdrant_server_that_did_not_answer(tmp_path):
     from indexes.visual import QdrantUnavailableError
 

@@ -330,6 +330,21 @@ def test_a_local_model_that_fails_to_load_is_one_clear_error(tmp_path):
     assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_local_model_with_damaged_weights_is_one_clear_error(tmp_path):
+    import shutil
+
+    from agents.llm import LocalChatModel
+    from docrefrag_core.weights import model_dir
+
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (model_dir("smollm2") / name).is_file():
+            shutil.copy(model_dir("smollm2") / name, tmp_path / name)
+    (tmp_path / "model.safetensors").write_bytes((model_dir("smollm2") / "model.safetensors").read_bytes()[:4096])  # cut short
+    with pytest.raises(ValueError, match="could not be loaded .*complete Hugging Face causal LM") as e:
+        LocalChatModel(path=tmp_path).invoke("hello")
+    assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)
+
+
 def test_the_api_passes_timeout_and_retries_to_an_endpoint(tmp_path):
     from docrefrag import DocRefrag
 
