@@ -96,13 +96,12 @@ class DocRefrag:
         """Ingest PDF files, folders of PDFs and folders of page images (one path or several); see
         `indexes.ingest`."""
         check_workers(workers)
-        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-        sources, failed = discover(paths)
+        sources, failed = discover([paths] if isinstance(paths, (str, Path)) else paths)
         if not sources:  # nothing to ingest (wrong paths, unsupported files): no store is created or touched
             return failed
         store = self.open_store(create=True)
         with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
-            return ingestor.ingest(paths)
+            return ingestor.ingest_sources(sources, failed)
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:

@@ -251,7 +251,11 @@ class Ingestor:
         return self._pool
 
     def ingest(self, paths: Iterable[Path | str]) -> list[IngestResult]:
-        sources, results = discover(paths)
+        return self.ingest_sources(*discover(paths))
+
+    def ingest_sources(self, sources: list[DocSource], failed: list[IngestResult]) -> list[IngestResult]:
+        """Ingest what `discover` found; `failed` (its refusals) lead the results."""
+        results = list(failed)
         self.store.collect_garbage()
         for source in sources:
             start = time.perf_counter()
