@@ -16,6 +16,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from langchain_core.language_models import BaseChatModel
@@ -26,7 +27,6 @@ from agents.llm import invoke_llm
 from agents.schemas import Citation, Claim
 from docrefrag_core.chunking import box_overlap, chunk_box
 from indexes.bm25 import tokenize
-from indexes.hybrid import Hit
 from indexes.store import ChunkRecord, Store
 
 logger = logging.getLogger(__name__)
@@ -50,12 +50,13 @@ class PageText:
     chunks: list[ChunkRecord]
 
 
-def page_texts(store: Store, hits: list[Hit], question: str, chars_per_page: int) -> list[PageText]:
+def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, chars_per_page: int) -> list[PageText]:
+    """The text of each (doc_id, page) as the answer agent reads it (see the module docstring)."""
     terms = set(tokenize(question))
     out = []
-    for hit in hits:
-        markdown = store.page_markdown(hit.doc_id, hit.page)
-        chunks = store.page_chunks(hit.doc_id, hit.page)
+    for doc_id, page in pages:
+        markdown = store.page_markdown(doc_id, page)
+        chunks = store.page_chunks(doc_id, page)
         if len(markdown) <= chars_per_page:
             text = markdown
         else:
@@ -67,7 +68,7 @@ def page_texts(store: Store, hits: list[Hit], question: str, chars_per_page: int
                 kept.append(c)
                 size += len(c.text)
             text = "\n".join(c.text for c in sorted(kept, key=lambda c: c.chunk))[:chars_per_page]
-        out.append(PageText(hit.doc_id, hit.page, text, chunks))
+        out.append(PageText(doc_id, page, text, chunks))
     return out
 
 

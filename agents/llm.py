@@ -249,6 +249,34 @@ class LocalChatModel(BaseChatModel):
             run_manager.on_llm_new_token(last.text, chunk=last)
         yield last
 
+    def yes_probabilities(self, prompts: Sequence[str], batch: int = 4) -> list[float]:
+        """P("Yes") against "No" as the first token of the reply to each user prompt (the model's
+        next-token logits once the assistant turn opens; "Yes"/" Yes" and "No"/" No" pooled), in
+        batches with left padding (positions counted from each prompt's first token)."""
+        lm = _load(self.path)
+        tok = lm.tokenizer
+        yes, no = ({tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")} for word in ("Yes", "No"))
+        yes, no = list(yes), list(no)
+        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+                 for p in prompts]
+        out: list[float] = []
+        for i in range(0, len(texts), batch):
+            enc = [tok(t, add_special_tokens=False)["input_ids"] for t in texts[i:i + batch]]
+            longest = max(len(ids) for ids in enc)
+            if longest > lm.max_positions:
+                raise ValueError(f"a prompt has {longest} tokens, more than the {lm.max_positions} positions of "
+                                 f"{self.path.name}; read fewer characters per page")
+            pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(lm.stop_ids), 0)
+            ids = torch.tensor([[pad] * (longest - len(e)) + e for e in enc])  # (b, T)
+            mask = torch.tensor([[0] * (longest - len(e)) + [1] * len(e) for e in enc])  # (b, T)
+            positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+            with torch.inference_mode():
+                logits = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                  logits_to_keep=1).logits[:, -1].float()  # (b, V)
+            log_odds = torch.logsumexp(logits[:, yes], dim=1) - torch.logsumexp(logits[:, no], dim=1)
+            out += torch.sigmoid(log_odds).tolist()
+        return out
+
 
 # ---------------------------------------------------------------- endpoints
 

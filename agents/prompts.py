@@ -28,3 +28,8 @@ REFINE = (
     "question as a search query with other words that the right page may contain.\n\n"
     "Question: {question}\nPrevious query: {query}\nNew query:"
 )
+
+PAGE_RELEVANCE = (
+    "Page:\n{page}\n\nQuestion: {question}\n"
+    "Does this page contain the answer to the question? Reply Yes or No."
+)

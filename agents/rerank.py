@@ -1,5 +1,9 @@
-"""The rerank tool: the Doc-REFRAG reader's page relevance, P("Yes") over each page's compressed
-chunks (one batched forward per 10 pages), as a scorer of stored pages."""
+"""The rerank tool: a page-relevance scorer of stored pages, (question, [(doc_id, page)]) -> one score each.
+
+Two scorers: the Doc-REFRAG reader's page relevance, P("Yes") over each page's compressed chunks
+(one batched forward per 10 pages; the default), and a local chat model's P("Yes") over each page's
+text as the chat answerer reads it (a text cross-encoder: slower, and only as good as the model).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,17 @@ from typing import Callable
 
 import torch
 
+from agents import prompts
+from agents.answer import page_texts
+from agents.llm import LocalChatModel
 from docrefrag_core.reader import DocRefragReader
 from indexes.store import Store
 
+Reranker = Callable[[str, list[tuple[str, int]]], list[float]]
 
-def reader_reranker(reader: DocRefragReader, store: Store) -> Callable[[str, list[tuple[str, int]]], list[float]]:
-    """(question, [(doc_id, page)]) -> P("Yes") per page."""
+
+def reader_reranker(reader: DocRefragReader, store: Store) -> Reranker:
+    """P("Yes") of the Doc-REFRAG reader per page."""
 
     def score(question: str, pages: list[tuple[str, int]]) -> list[float]:
         if not pages:
@@ -20,3 +29,28 @@ def reader_reranker(reader: DocRefragReader, store: Store) -> Callable[[str, lis
         return reader.relevance(question, torch.from_numpy(store.stacked_tokens(pages)))
 
     return score
+
+
+def chat_reranker(llm: LocalChatModel, store: Store, chars_per_page: int) -> Reranker:
+    """P("Yes") of a local chat model asked whether each page's text (at most `chars_per_page`
+    characters, cut to the question's chunks as the chat answerer reads it) answers the question."""
+
+    def score(question: str, pages: list[tuple[str, int]]) -> list[float]:
+        texts = page_texts(store, pages, question, chars_per_page)
+        return llm.yes_probabilities([prompts.PAGE_RELEVANCE.format(page=p.text, question=question) for p in texts])
+
+    return score
+
+
+def make_reranker(kind: str, store: Store, reader: DocRefragReader | None, llm, chars_per_page: int) -> Reranker:
+    """The scorer `kind` ("reader" or "chat"), with a clear error when its model is missing."""
+    if kind == "reader":
+        if reader is None:
+            raise ValueError("reranking with the Doc-REFRAG reader needs a reader: pass reader=...")
+        return reader_reranker(reader, store)
+    if kind == "chat":
+        if not isinstance(llm, LocalChatModel):
+            raise ValueError(f"the chat reranker reads P('Yes') from a local model's logits; the chat model is "
+                             f"{type(llm).__name__}: use --llm local or local:DIR, or --reranker reader")
+        return chat_reranker(llm, store, chars_per_page)
+    raise ValueError(f"unknown reranker {kind!r}: reader or chat")

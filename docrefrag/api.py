@@ -172,6 +172,6 @@ class DocRefrag:
 
         config = config or AskConfig()
         chat_model = self.llm(llm)  # a bad --llm fails here, before seconds of loading the reader
-        reader = self.reader(checkpoint) if config.answerer == "reader" or config.rerank else None
+        reader = self.reader(checkpoint) if config.needs_reader else None
         return run_ask(store, HybridSearcher(store, self.embedder), chat_model, question, doc_ids, config,
                        on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader, resume=resume)

@@ -52,8 +52,11 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--answerer", choices=["reader", "chat"], default=None,
                    help="reader: the Doc-REFRAG reader over the pages' tokens (default); chat: the chat model over their text")
     p.add_argument("--checkpoint", type=Path, default=None, help="reader checkpoint (default: the one shipped in the package)")
-    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the fused pages with the reader's page relevance "
+    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the fused pages by page relevance "
                                                          "(eval --retrieval-only: one more row, 'reranked')")
+    p.add_argument("--reranker", choices=["reader", "chat"], default=None,
+                   help="reader: the Doc-REFRAG reader's P(Yes) over compressed pages (default); chat: the local chat "
+                        "model's (--llm local[:DIR]) P(Yes) over each page's text")
     p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
 
@@ -318,7 +321,7 @@ def _ask_config(args: argparse.Namespace) -> AskConfig:
     from graph.context import AskConfig
 
     config = AskConfig.from_file(args.config) if args.config else AskConfig()
-    overrides = {"answerer": args.answerer, "rerank": args.rerank, "max_rounds": args.max_rounds,
+    overrides = {"answerer": args.answerer, "rerank": args.rerank, "reranker": args.reranker, "max_rounds": args.max_rounds,
                  "hyde": getattr(args, "hyde_mode", None), "decompose": getattr(args, "decompose_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
@@ -388,19 +391,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.retrieval_only:
         config = _ask_config(args)
         with _api(args) as dr:
-            reader = dr.reader(args.checkpoint) if config.answerer == "reader" or config.rerank else None
+            reader = dr.reader(args.checkpoint) if config.needs_reader else None
             extractor = _chat_model(dr, args, args.extractor) if args.extractor else None
             summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, _chat_model(dr, args, args.llm),
                                   args.out, limit=args.limit, config=config, show_progress=sys.stderr.isatty(),
                                   reader=reader, extractor=extractor, extractor_name=args.extractor)
         print(json.dumps(summary, indent=2, default=str))
         return EXIT_OK
+    reranker = (args.reranker or "reader") if args.rerank else None
     with _api(args) as dr:
         store = dr.open_store(create=True)
+        llm = _chat_model(dr, args, args.llm) if args.hyde or args.decompose or reranker == "chat" else None
         report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,
-                               show_progress=sys.stderr.isatty(), llm=_chat_model(dr, args, args.llm) if args.hyde or args.decompose else None,
-                               hyde=args.hyde, decompose=args.decompose,
-                               reader=dr.reader(args.checkpoint) if args.rerank else None)
+                               show_progress=sys.stderr.isatty(), llm=llm, hyde=args.hyde, decompose=args.decompose,
+                               reranker=reranker, reader=dr.reader(args.checkpoint) if reranker == "reader" else None)
     print(markdown_table(report))
     print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
           f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; reports in {args.out}")

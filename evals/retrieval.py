@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from agents.planner import DISAGREEMENT
+from agents.rerank import Reranker
 from agents.retrieval import search_plan
 from agents.schemas import Plan
 from evals.datasets import Question
@@ -41,7 +42,6 @@ METHODS = ("sparse", "dense", "rrf", "sum", "consistency")
 RERANK_DEPTH = 20
 ON_DISAGREEMENT = "-on-disagreement"  # suffix of a variant that is the rules plan unless the branches disagree
 
-Reranker = Callable[[str, list[tuple[str, int]]], list[float]]  # (question, pages) -> one score per page
 
 
 def plan_variants(plan: Plan, question: str, hyde: bool, decompose: bool) -> dict[str, Plan]:

@@ -59,26 +59,30 @@ def run_settings(store: Store, config: dict | None = None, **models) -> dict:
 
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
                   limit: int | None = None, show_progress: bool = True, llm=None, hyde: bool = False,
-                  decompose: bool = False, reader=None) -> RetrievalReport:
+                  decompose: bool = False, reranker: str | None = None, reader=None,
+                  chars_per_page: int = 1500) -> RetrievalReport:
     """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval);
     with `hyde` / `decompose` the chat model `llm` plans each question first (agents.planner); with a
-    Doc-REFRAG `reader`, its page relevance reranks the fused top 20 as one more method."""
+    `reranker` ("reader": the Doc-REFRAG `reader`; "chat": the local chat model `llm` over the pages'
+    text), its page relevance reranks the fused top 20 as one more method."""
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     searcher = HybridSearcher(store, embedder)
     planner = None
     if hyde or decompose:
         planner = lambda question: plan_question(question, llm, decompose=decompose, hyde=hyde)[0]  # noqa: E731
-    reranker = None
-    if reader is not None:
-        from agents.rerank import reader_reranker
+    score = None
+    if reranker is not None:
+        from agents.rerank import make_reranker
 
-        reranker = reader_reranker(reader, store)
-    setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", "-rerank" if reader else ""])
+        score = make_reranker(reranker, store, reader, llm, chars_per_page)
+    rerank_setting = {None: "", "reader": "-rerank", "chat": "-rerank-chat"}[reranker]
+    setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", rerank_setting])
     benchmark_setting = f"{benchmark}{setting}"
-    settings = run_settings(store, planner_llm=llm if planner is not None else None, reader=reader)
+    chat_reranker = {"reranker_llm": llm} if reranker == "chat" else {}  # absent otherwise: earlier runs resume
+    settings = run_settings(store, planner_llm=llm if planner is not None else None, reader=reader, **chat_reranker)
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
                                 show_progress=show_progress, planner=planner, hyde=hyde, decompose=decompose,
-                                reranker=reranker, settings=settings)
+                                reranker=score, settings=settings)
     report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}

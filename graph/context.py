@@ -6,7 +6,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal
 
 from langchain_core.language_models import BaseChatModel
 
@@ -36,7 +36,10 @@ class AskConfig:
     pages: int = field(default=3, metadata={"help": "pages the chat-model answerer reads"})
     reader_pages: int = field(default=8, metadata={"help": "pages the Doc-REFRAG reader reads (compressed, "
                                                            "the question's chunks expanded)"})
-    rerank: bool = field(default=False, metadata={"help": "rerank the fused pages with the reader's page relevance"})
+    rerank: bool = field(default=False, metadata={"help": "rerank the fused pages by page relevance (see reranker)"})
+    reranker: Literal["reader", "chat"] = field(default="reader", metadata={
+        "help": "reader: the Doc-REFRAG reader's P(Yes) over each page's compressed chunks; chat: the local chat "
+                "model's P(Yes) over each page's text (slower; as good as the model)"})
     chars_per_page: int = field(default=1500, metadata={"help": "characters of each page the answer agent reads"})
     fusion: FusionMethod = field(default=DEFAULT_METHOD, metadata={"help": "fusion of the sparse and dense branches"})
     hyde: PlanMode = field(default="disagreement", metadata={
@@ -62,8 +65,9 @@ class AskConfig:
         for name, hint in (("pages", "--pages with --answerer chat"), ("reader_pages", "--pages with the reader")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} ({hint}) is the number of pages read and must be >= 1, got {getattr(self, name)}")
-        if self.answerer not in ("reader", "chat"):
-            raise ValueError(f"answerer must be 'reader' or 'chat', got {self.answerer!r}")
+        for name in ("answerer", "reranker"):
+            if getattr(self, name) not in ("reader", "chat"):
+                raise ValueError(f"{name} must be 'reader' or 'chat', got {getattr(self, name)!r}")
         if self.fusion not in METHODS:
             raise ValueError(f"fusion must be one of {', '.join(METHODS)}, got {self.fusion!r}")
         for name in ("hyde", "decompose"):
@@ -71,6 +75,11 @@ class AskConfig:
                 raise ValueError(f"{name} must be one of {', '.join(PLAN_MODES)}, got {getattr(self, name)!r}")
         if not 0.0 <= self.disagreement <= 1.0:
             raise ValueError(f"disagreement is a query disagreement in [0, 1], got {self.disagreement}")
+
+    @property
+    def needs_reader(self) -> bool:
+        """Whether a run with this config uses the Doc-REFRAG reader (to answer or to rerank)."""
+        return self.answerer == "reader" or (self.rerank and self.reranker == "reader")
 
     @classmethod
     def from_file(cls, path: Path) -> "AskConfig":
@@ -104,7 +113,7 @@ class AskContext:
     searcher: HybridSearcher
     llm: BaseChatModel
     config: AskConfig = field(default_factory=AskConfig)
-    # the Doc-REFRAG reader: answers when config.answerer == "reader", reranks when config.rerank
+    # the Doc-REFRAG reader: answers when config.answerer == "reader", reranks when config.reranker == "reader"
     reader: Any = None
-    # (question, hits) -> one relevance score per hit; None keeps the fused order
-    reranker: Callable[[str, Sequence], list[float]] | None = None
+    # (question, [(doc_id, page)]) -> one relevance score per page; None keeps the fused order
+    reranker: Callable[[str, list[tuple[str, int]]], list[float]] | None = None

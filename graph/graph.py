@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Callable, Literal
 
 from langchain_core.messages import HumanMessage
@@ -102,10 +102,9 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
     if reranker is None:
         return {"trace": [{"node": "rerank", "note": "no reranker configured; fused order kept"}]}
     hits = [Hit(**h) for h in state["hits"]]
-    scores = reranker(state["question"], hits)
-    ranked = sorted(zip(hits, scores), key=lambda x: -x[1])
-    return {"hits": [{**asdict(h), "rerank": float(s)} for h, s in ranked],
-            "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h, _ in ranked]}]}
+    scores = reranker(state["question"], [(h.doc_id, h.page) for h in hits])
+    ranked = sorted((replace(h, rerank=float(s)) for h, s in zip(hits, scores)), key=lambda h: -h.rerank)
+    return {"hits": [asdict(h) for h in ranked], "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h in ranked]}]}
 
 
 def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
@@ -114,13 +113,13 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     if not state["hits"]:  # no page matched (e.g. a scanned document whose OCR found no text): nothing to read
         text, tokens, claims, pages = NOT_ANSWERABLE, 0, [], []
     elif cfg.answerer == "reader":
-        hits = [Hit(**h) for h in state["hits"]][: cfg.reader_pages + widen]
-        pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
+        chosen = [(h["doc_id"], h["page"]) for h in state["hits"]][: cfg.reader_pages + widen]
+        pages = page_texts(ctx.store, chosen, state["question"], cfg.chars_per_page)
         text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
         claims = cite(text, expanded or pages)
     else:
-        hits = [Hit(**h) for h in state["hits"]][: cfg.pages + widen]
-        pages = page_texts(ctx.store, hits, state["question"], cfg.chars_per_page)
+        chosen = [(h["doc_id"], h["page"]) for h in state["hits"]][: cfg.pages + widen]
+        pages = page_texts(ctx.store, chosen, state["question"], cfg.chars_per_page)
         text, tokens = answer_question(state["question"], pages, ctx.llm)
         claims = cite(text, pages)
     update = {"answer": text, "claims": [c.model_dump() for c in claims],

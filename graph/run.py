@@ -38,22 +38,21 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
             checkpoints: Path | None = None, on_event: Callable[[str, dict], None] | None = None,
             thread_id: str | None = None, nodes: dict | None = None, reader=None, resume: bool = False) -> AskResult:
     """Run the graph on `question`; `checkpoints` is the SQLite file of the checkpointer. `reader` (a
-    DocRefragReader) is required when the config's answerer is "reader" or it reranks.
+    DocRefragReader) is required when the config's answerer is "reader" or it reranks with the reader.
 
     A run that fails (a dead LLM endpoint) keeps its checkpoint; the error carries a note with its
     run id. `resume=True` continues the unfinished run `thread_id` from its last checkpoint (its
     own question; `question` is ignored); the trace then covers the whole run. A new question on a
     used `thread_id` starts afresh and its result holds only its own trace."""
     config = config or AskConfig()
-    if reader is None and (config.answerer == "reader" or config.rerank):
+    if reader is None and config.needs_reader:
         raise ValueError("this AskConfig reads or reranks with the Doc-REFRAG reader: pass reader=..., "
-                         "or use AskConfig(answerer='chat', rerank=False)")
+                         "or use AskConfig(answerer='chat') and no reranking or reranker='chat'")
     reranker = None
     if config.rerank:
-        from agents.rerank import reader_reranker
+        from agents.rerank import make_reranker
 
-        score = reader_reranker(reader, store)
-        reranker = lambda question, hits: score(question, [(h.doc_id, h.page) for h in hits])  # noqa: E731
+        reranker = make_reranker(config.reranker, store, reader, llm, config.chars_per_page)
     context = AskContext(store=store, searcher=searcher, llm=llm, config=config, reader=reader, reranker=reranker)
     thread_id = thread_id or uuid.uuid4().hex[:12]
     start = time.perf_counter()

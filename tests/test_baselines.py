@@ -72,7 +72,7 @@ def test_the_readers_citations_are_expanded_chunks(tmp_path, store, ingest, ligh
 
     (result,) = ingest(store, light_pdf(tmp_path / "survey.pdf", 3))
     hits = HybridSearcher(store, embedder).search("station s002 otter", k=3, doc_ids=[result.doc_id])
-    pages = page_texts(store, hits, "station s002 otter", 1500)
+    pages = page_texts(store, [(h.doc_id, h.page) for h in hits], "station s002 otter", 1500)
     answer, tokens, cited = read_with_reader("How many otters near station s002?", pages, store, tiny_reader)
     assert answer and tokens >= 1
     grid_boxes = {chunk_box(j, 3, 18, 595, 842) for j in range(108)}

@@ -472,6 +472,33 @@ def test_rerank_node_replaced_by_dotted_path(dr, report):
     assert read != [(doc_id, p) for p in fused[: AskConfig().pages]]
 
 
+def test_chat_reranker_orders_the_pages_by_the_local_models_relevance(dr, report):
+    from agents.llm import LocalChatModel
+
+    _, doc_id = report
+    local = LocalChatModel(max_new_tokens=8)
+    config = AskConfig(answerer="chat", rerank=True, reranker="chat", hyde="never", max_rounds=1)
+    assert not config.needs_reader
+    result = dr.ask(QUESTION, llm=local, config=config)
+
+    (retrieve,) = entries(result.trace, "retrieve")
+    (rerank,) = entries(result.trace, "rerank")
+    scores = [h["rerank"] for h in rerank["hits"]]
+    assert sorted(retrieved_pages(rerank)) == sorted(retrieved_pages(retrieve))
+    assert all(0 < s < 1 for s in scores) and scores == sorted(scores, reverse=True)
+    (answer,) = entries(result.trace, "answer")
+    assert [tuple(p) for p in answer["pages"]] == [(doc_id, p) for p in retrieved_pages(rerank)[: config.pages]]
+
+
+def test_chat_reranker_needs_a_local_model(dr):
+    llm, seen = scripted(HYDE, "4,812", "Yes")
+    with pytest.raises(ValueError, match="local model's logits.*--llm local or local:DIR"):
+        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", rerank=True, reranker="chat"))
+    assert not seen  # refused before any call
+    with pytest.raises(ValueError, match="reranker must be 'reader' or 'chat'"):
+        AskConfig(reranker="bm25")
+
+
 @pytest.mark.parametrize("answerer", ["reader", "chat"])
 def test_no_page_to_read_is_not_answerable_without_reading(dr, answerer):
     llm, seen = scripted()  # any call to the model would raise: it has no reply to give

@@ -60,6 +60,17 @@ def test_local_invoke_returns_text_and_usage(local):
     assert local._llm_type == "docrefrag-local"
 
 
+def test_yes_probabilities_are_the_same_batched_or_one_by_one(local):
+    prompts = ["Is Paris in France?", "Page:\nThe cat sat on the mat.\n\nQuestion: What is 2 + 2? Reply Yes or No.",
+               "Is the sky green? " * 12]  # prompts of different lengths: the batch is left-padded
+    batched = local.yes_probabilities(prompts, batch=3)
+    alone = [local.yes_probabilities([p], batch=1)[0] for p in prompts]
+    assert all(0 < p < 1 for p in batched) and len(set(batched)) == 3
+    assert batched == pytest.approx(alone, abs=1e-4)
+    with pytest.raises(ValueError, match="read fewer characters per page"):
+        local.yes_probabilities(["word " * 9000])
+
+
 def test_local_model_is_loaded_once(local):
     from agents.llm import _load
 
