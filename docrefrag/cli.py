@@ -55,8 +55,8 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the fused pages by page relevance "
                                                          "(eval --retrieval-only: one more row, 'reranked')")
     p.add_argument("--reranker", choices=["reader", "chat"], default=None,
-                   help="reader: the Doc-REFRAG reader's P(Yes) over compressed pages (default); chat: the local chat "
-                        "model's (--llm local[:DIR]) P(Yes) over each page's text")
+                   help="implies --rerank; reader: the Doc-REFRAG reader's P(Yes) over compressed pages (default); chat: "
+                        "the local chat model's (--llm local[:DIR]) P(Yes) over each page's text")
     p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
 
@@ -315,13 +315,18 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _reranks(args: argparse.Namespace) -> bool | None:
+    """--rerank / --no-rerank as given; --reranker alone turns reranking on."""
+    return True if args.rerank is None and args.reranker else args.rerank
+
+
 def _ask_config(args: argparse.Namespace) -> AskConfig:
     from dataclasses import replace
 
     from graph.context import AskConfig
 
     config = AskConfig.from_file(args.config) if args.config else AskConfig()
-    overrides = {"answerer": args.answerer, "rerank": args.rerank, "reranker": args.reranker, "max_rounds": args.max_rounds,
+    overrides = {"answerer": args.answerer, "rerank": _reranks(args), "reranker": args.reranker, "max_rounds": args.max_rounds,
                  "hyde": getattr(args, "hyde_mode", None), "decompose": getattr(args, "decompose_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
@@ -398,7 +403,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                   reader=reader, extractor=extractor, extractor_name=args.extractor)
         print(json.dumps(summary, indent=2, default=str))
         return EXIT_OK
-    reranker = (args.reranker or "reader") if args.rerank else None
+    reranker = (args.reranker or "reader") if _reranks(args) else None
     with _api(args) as dr:
         store = dr.open_store(create=True)
         llm = _chat_model(dr, args, args.llm) if args.hyde or args.decompose or reranker == "chat" else None

@@ -727,6 +727,9 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     toml.write_text("rerank = true\n")
     assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml)])).rerank
     assert not _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--no-rerank"])).rerank
+    chat = _ask_config(build_parser().parse_args(["ask", "q", "--reranker", "chat"]))
+    assert chat.rerank and chat.reranker == "chat"
+    assert not _ask_config(build_parser().parse_args(["ask", "q", "--reranker", "chat", "--no-rerank"])).rerank
 
 
 @pytest.mark.parametrize("text, message", [
