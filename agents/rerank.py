@@ -42,15 +42,18 @@ def chat_reranker(llm: LocalChatModel, store: Store, chars_per_page: int) -> Rer
     return score
 
 
+def check_reranker(kind: str, reader: DocRefragReader | None, llm) -> None:
+    """A clear error when the scorer `kind` ("reader" or "chat") lacks its model."""
+    if kind == "reader" and reader is None:
+        raise ValueError("reranking with the Doc-REFRAG reader needs a reader: pass reader=...")
+    if kind == "chat" and not isinstance(llm, LocalChatModel):
+        raise ValueError(f"the chat reranker reads P('Yes') from a local model's logits; the chat model is "
+                         f"{type(llm).__name__}: use --llm local or local:DIR, or --reranker reader")
+    if kind not in ("reader", "chat"):
+        raise ValueError(f"unknown reranker {kind!r}: reader or chat")
+
+
 def make_reranker(kind: str, store: Store, reader: DocRefragReader | None, llm, chars_per_page: int) -> Reranker:
-    """The scorer `kind` ("reader" or "chat"), with a clear error when its model is missing."""
-    if kind == "reader":
-        if reader is None:
-            raise ValueError("reranking with the Doc-REFRAG reader needs a reader: pass reader=...")
-        return reader_reranker(reader, store)
-    if kind == "chat":
-        if not isinstance(llm, LocalChatModel):
-            raise ValueError(f"the chat reranker reads P('Yes') from a local model's logits; the chat model is "
-                             f"{type(llm).__name__}: use --llm local or local:DIR, or --reranker reader")
-        return chat_reranker(llm, store, chars_per_page)
-    raise ValueError(f"unknown reranker {kind!r}: reader or chat")
+    """The scorer `kind` ("reader" or "chat"), checked by `check_reranker`."""
+    check_reranker(kind, reader, llm)
+    return reader_reranker(reader, store) if kind == "reader" else chat_reranker(llm, store, chars_per_page)

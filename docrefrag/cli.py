@@ -405,11 +405,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return EXIT_OK
     reranker = (args.reranker or "reader") if _reranks(args) else None
     with _api(args) as dr:
-        store = dr.open_store(create=True)
         llm = _chat_model(dr, args, args.llm) if args.hyde or args.decompose or reranker == "chat" else None
-        report = run_retrieval(args.benchmark, args.data, store, dr.embedder, args.out, limit=args.limit,
-                               show_progress=sys.stderr.isatty(), llm=llm, hyde=args.hyde, decompose=args.decompose,
-                               reranker=reranker, reader=dr.reader(args.checkpoint) if reranker == "reader" else None)
+        if reranker == "chat":
+            from agents.rerank import check_reranker
+
+            check_reranker(reranker, None, llm)  # before the store is opened (or created)
+        report = run_retrieval(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, args.out,
+                               limit=args.limit, show_progress=sys.stderr.isatty(), llm=llm, hyde=args.hyde,
+                               decompose=args.decompose, reranker=reranker,
+                               reader=dr.reader(args.checkpoint) if reranker == "reader" else None)
     print(markdown_table(report))
     print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
           f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; reports in {args.out}")

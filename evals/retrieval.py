@@ -43,7 +43,6 @@ RERANK_DEPTH = 20
 ON_DISAGREEMENT = "-on-disagreement"  # suffix of a variant that is the rules plan unless the branches disagree
 
 
-
 def plan_variants(plan: Plan, question: str, hyde: bool, decompose: bool) -> dict[str, Plan]:
     """The plans a planner run compares: the full `plan` and the plans without its LLM parts; each
     "<variant>-on-disagreement" is the rules plan here, replaced by <variant> where the branches disagree."""

@@ -59,22 +59,21 @@ def run_settings(store: Store, config: dict | None = None, **models) -> dict:
 
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
                   limit: int | None = None, show_progress: bool = True, llm=None, hyde: bool = False,
-                  decompose: bool = False, reranker: str | None = None, reader=None,
-                  chars_per_page: int = 1500) -> RetrievalReport:
+                  decompose: bool = False, reranker: str | None = None, reader=None) -> RetrievalReport:
     """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval);
     with `hyde` / `decompose` the chat model `llm` plans each question first (agents.planner); with a
     `reranker` ("reader": the Doc-REFRAG `reader`; "chat": the local chat model `llm` over the pages'
-    text), its page relevance reranks the fused top 20 as one more method."""
+    text, as much of each as the answer agent reads), its page relevance reranks the fused top 20 as one more method."""
+    score = None
+    if reranker is not None:  # before any ingest: a reranker without its model is refused at once
+        from agents.rerank import make_reranker
+
+        score = make_reranker(reranker, store, reader, llm, AskConfig().chars_per_page)
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
     searcher = HybridSearcher(store, embedder)
     planner = None
     if hyde or decompose:
         planner = lambda question: plan_question(question, llm, decompose=decompose, hyde=hyde)[0]  # noqa: E731
-    score = None
-    if reranker is not None:
-        from agents.rerank import make_reranker
-
-        score = make_reranker(reranker, store, reader, llm, chars_per_page)
     rerank_setting = {None: "", "reader": "-rerank", "chat": "-rerank-chat"}[reranker]
     setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", rerank_setting])
     benchmark_setting = f"{benchmark}{setting}"

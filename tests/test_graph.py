@@ -763,6 +763,16 @@ def test_eval_refuses_planner_options_outside_retrieval_only_runs(tmp_path, caps
     assert rc != 0 and "--hyde applies only to --retrieval-only runs" in err and "--config" in err
 
 
+def test_eval_refuses_a_chat_reranker_without_a_local_model(tmp_path, capsys):
+    from docrefrag.cli import main
+
+    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), "--retrieval-only",
+               "--reranker", "chat", "--llm", "openai:some-model@http://127.0.0.1:9/v1"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "the chat reranker reads P('Yes') from a local model's logits" in err and "--llm local" in err
+    assert not (tmp_path / "s").exists()  # refused before the store was created
+
+
 @pytest.mark.parametrize("mode", ["--retrieval-only", "--baselines"])
 def test_eval_refuses_end_to_end_options_it_would_ignore(tmp_path, capsys, mode):
     from docrefrag.cli import main
