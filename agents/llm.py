@@ -255,8 +255,7 @@ class LocalChatModel(BaseChatModel):
         batches with left padding (positions counted from each prompt's first token)."""
         lm = _load(self.path)
         tok = lm.tokenizer
-        yes, no = ({tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")} for word in ("Yes", "No"))
-        yes, no = list(yes), list(no)
+        yes, no = ([*{tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")}] for word in ("Yes", "No"))
         texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                  for p in prompts]
         out: list[float] = []
