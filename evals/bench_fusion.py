@@ -2,10 +2,11 @@
 branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetitive vocabulary).
 
     python -m evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench --store STORE --out mmlb.jsonl
-    python -m evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0]
+    python -m evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] [--docs 10K]
 
-`dump` writes, per answerable question with evidence pages, both branches' scores for every page of its
-document. `stress` emulates the searcher's candidates (each branch's top `--candidates` pages) and reports
+`dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
+for every page of that document; `stress --docs TEXT` keeps the questions on documents whose name contains
+TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each branch's top `--candidates` pages) and reports
 Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
 (U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, mean over seeds;
 "consistency, no pages" is the method without the candidates' page keys (no smoothness term).
@@ -42,7 +43,7 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
                     continue
                 cands = searcher.candidates(q.question, [doc_ids[q.doc_name]], k=1_000_000)
                 order = np.argsort([key[1] for key in cands.keys])
-                f.write(json.dumps({"qid": q.qid, "evidence": list(q.evidence_pages),
+                f.write(json.dumps({"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages),
                                     "pages": [cands.keys[i][1] for i in order],
                                     "sparse": cands.sparse[order].tolist(), "dense": cands.dense[order].tolist()}) + "\n")
                 n += 1
@@ -75,11 +76,15 @@ def _recall5(rows: list, params: dict, n: int) -> dict[str, float]:
     return {m: v / len(rows) for m, v in totals.items()}
 
 
-def stress(path: Path, seeds: int, params: dict, n: int) -> str:
+def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None) -> str:
     base = []
     for line in open(path):
         r = json.loads(line)
+        if docs is not None and docs not in r["doc"]:
+            continue
         base.append((np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), np.array(r["dense"])))
+    if not base:
+        raise SystemExit(f"{path}: no question on a document whose name contains {docs!r}")
     results = {"dev": _recall5(base, params, n)}
     for branch in BRANCH_METHODS:
         for kind in ("U", "G"):
@@ -116,12 +121,13 @@ def main() -> None:
     s.add_argument("--candidates", type=int, default=50, help="pages each branch proposes (HybridSearcher's default)")
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a FusionConfig field of the consistency method, e.g. eta=0")
+    s.add_argument("--docs", metavar="TEXT", help="only the questions on documents whose name contains TEXT")
     args = parser.parse_args()
     if args.command == "dump":
         print(f"{dump(args.benchmark, args.data, args.store, args.out)} questions -> {args.out}")
     else:
         params = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
-        print(stress(args.dump, args.seeds, params, args.candidates))
+        print(stress(args.dump, args.seeds, params, args.candidates, args.docs))
 
 
 if __name__ == "__main__":

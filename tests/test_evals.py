@@ -220,8 +220,8 @@ def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
             pages = list(range(1, 31))
             sparse = rng.uniform(0.0, 1.0, 30)
             sparse[i] = 9.0
-            f.write(json.dumps({"qid": str(i), "evidence": [i + 1], "pages": pages, "sparse": sparse.tolist(),
-                                "dense": rng.normal(size=30).tolist()}) + "\n")
+            f.write(json.dumps({"qid": str(i), "doc": "report.pdf", "evidence": [i + 1], "pages": pages,
+                                "sparse": sparse.tolist(), "dense": rng.normal(size=30).tolist()}) + "\n")
     lines = stress(dump, seeds=1, params={}, n=50).splitlines()
     assert lines[0] == "| case | " + " | ".join(METHODS) + " |"
     rows = {line.split(" | ")[0].lstrip("| "): line.strip("| ").split(" | ")[1:] for line in lines[2:]}
@@ -235,3 +235,22 @@ def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
     noise = [[float(x) for x in rows[c]] for c in ("sparse U", "sparse G", "dense U", "dense G")]
     expected = [min(r[i] - max(r[col["sparse"]], r[col["dense"]]) for r in noise) for i in range(len(METHODS))]
     assert worst == pytest.approx(expected, abs=1.5e-3)  # the printed values are rounded to 3 places
+
+
+def test_fusion_stress_bench_keeps_the_documents_asked_for(tmp_path):
+    """--docs TEXT: only the questions on documents whose name contains TEXT; none left is an error."""
+    from evals.bench_fusion import METHODS, stress
+
+    dump = tmp_path / "dump.jsonl"
+    with open(dump, "w") as f:
+        for i, doc in enumerate(["ACME_2019_10K.pdf", "slides.pdf"]):
+            sparse, dense = [p / 100 for p in range(10)], [p / 100 for p in range(10)]  # top 5: pages 6-10
+            (sparse if i == 0 else dense)[3] = 1.0  # the filing's question: BM25 finds page 4; the slides': dense
+            f.write(json.dumps({"qid": str(i), "doc": doc, "evidence": [4], "pages": list(range(1, 11)),
+                                "sparse": sparse, "dense": dense}) + "\n")
+    dev = stress(dump, seeds=1, params={}, n=50, docs="10K").splitlines()[2].strip("| ").split(" | ")[1:]
+    assert dev[METHODS.index("sparse")] == "1.000" and dev[METHODS.index("dense")] == "0.000"
+    both = stress(dump, seeds=1, params={}, n=50).splitlines()[2].strip("| ").split(" | ")[1:]
+    assert both[METHODS.index("sparse")] == "0.500"
+    with pytest.raises(SystemExit, match="no question on a document whose name contains 'annual'"):
+        stress(dump, seeds=1, params={}, n=50, docs="annual")
