@@ -14,8 +14,10 @@
   alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}, with
   the accuracy-by-budget plot (`evals.report.accuracy_by_budget`).
 - answer-loss: the teacher-forced cross-entropy (nats per answer token) of the gold answer on the same
-  noisy sequences, the similarity selector expanding p = 0.2: a graded measure of reading where
-  every answer is still wrong (the training ablations are compared by it).
+  noisy sequences, for each selector at p = 0.2 between the two bounds "none" (every chunk compressed)
+  and "all" (every chunk expanded): a graded measure of reading where every answer is still wrong, and
+  of whether what the selector expands matters to the reader at all (the training ablations are
+  compared by the similarity row).
 """
 
 from __future__ import annotations
@@ -90,17 +92,35 @@ def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[
     return rows
 
 
-def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2) -> dict:
-    """Mean and median cross-entropy of the gold answers (see the module docstring)."""
-    selector = SimilaritySelector(reader.config.question_dim)
-    losses = []
+def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 0) -> list[dict]:
+    """Cross-entropy of the gold answers per selector, in the same question order for every selector and
+    checkpoint (paired comparisons; see the module docstring)."""
+    choices = {"none": NoneSelector(), "random": RandomSelector(seed),
+               "similarity": SimilaritySelector(reader.config.question_dim), "trained (GRPO)": reader.selector,
+               "all": AllSelector()}
+    losses: dict[str, list[float]] = {name: [] for name in choices}
     for seq in sequences:
         tokens = tokens_of(seq.pages)
-        expand = reader.select(seq.question, reader.chunks(tokens), p, selector)
-        losses.append(float(reader.answer_loss(seq.question, tokens, expand, seq.answer)))
-    return {"questions": len(losses), "p": p, "selector": "similarity",
-            "answer_nll_mean": round(statistics.mean(losses), 4), "answer_nll_median": round(statistics.median(losses), 4),
-            "per_question": [round(x, 4) for x in losses]}  # same order for every checkpoint: paired comparisons
+        chunks = reader.chunks(tokens)
+        for name, selector in choices.items():
+            expand = reader.select(seq.question, chunks, p, selector)
+            losses[name].append(float(reader.answer_loss(seq.question, tokens, expand, seq.answer)))
+    base = np.array(losses["random"])
+    rows = []
+    for name, values in losses.items():
+        diff = np.array(values) - base  # (questions,) paired with the random selector's loss
+        rows.append({"selector": name, "p": p if name not in ("none", "all") else None, "questions": len(values),
+                     "answer_nll_mean": round(statistics.mean(values), 4),
+                     "answer_nll_median": round(statistics.median(values), 4),
+                     "minus_random": round(float(diff.mean()), 4), "minus_random_se": round(_bootstrap_se(diff, seed), 4),
+                     "per_question": [round(x, 4) for x in values]})
+    return rows
+
+
+def _bootstrap_se(x: np.ndarray, seed: int, draws: int = 2000) -> float:
+    """Standard error of the mean of `x` by resampling its entries (questions) with replacement."""
+    rng = np.random.default_rng(seed)
+    return float(np.std(x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1)))
 
 
 def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):

@@ -228,5 +228,11 @@ def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
     assert [(r["p"], r["selector"]) for r in rows] == [(p, s) for p in (0.1, 0.2)
                                                        for s in ("random", "similarity", "trained (GRPO)")]
     assert all(r["questions"] == 3 and 0.0 <= r["accuracy"] <= 1.0 and r["select_ms_p50"] >= 0 for r in rows)
-    assert loss["questions"] == 3 == len(loss["per_question"]) and loss["answer_nll_mean"] > 0
-    assert loss["selector"] == "similarity"
+    assert [r["selector"] for r in loss] == ["none", "random", "similarity", "trained (GRPO)", "all"]
+    assert all(r["questions"] == 3 == len(r["per_question"]) and r["answer_nll_mean"] > 0 for r in loss)
+    bounds = {r["selector"]: r["per_question"] for r in loss if r["p"] is None}
+    assert bounds["none"] != bounds["all"]  # expanding every chunk changes what the reader reads
+    rand = next(r for r in loss if r["selector"] == "random")
+    assert rand["minus_random"] == 0.0 == rand["minus_random_se"]
+    for r in loss:  # the paired difference is that of the per-question losses
+        assert r["minus_random"] == pytest.approx(np.mean(np.subtract(r["per_question"], rand["per_question"])), abs=2e-4)
