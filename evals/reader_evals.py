@@ -153,9 +153,11 @@ def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pag
     from indexes.store import Store
 
     store = Store(store_dir)
-    names = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+    ready = {d.name: d for d in store.documents() if d.status == "ready"}
+    names = {name: d.doc_id for name, d in ready.items()}
     pool = [q for q in load_questions("mmlongbench", data / "samples.json")
-            if q.answerable and len(q.evidence_pages) == 1 and q.doc_name in names]
+            if q.answerable and len(q.evidence_pages) == 1 and q.doc_name in ready
+            and 1 <= q.evidence_pages[0] <= ready[q.doc_name].n_pages]  # the dev set has a few "page 0" labels
     pool = pool[:: max(1, len(pool) // questions)][:questions]
     searcher = HybridSearcher(store, default_encoder().embedder)
     lo, hi = noisy_pages
