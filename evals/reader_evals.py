@@ -144,6 +144,15 @@ def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_
     return store, [build_sequence(searcher, q, NoiseConfig(m_min=lo, m_max=hi, seed=i)) for i, q in enumerate(qs)]
 
 
+def single_evidence_questions(questions: list, documents: list, n: int) -> list:
+    """At most `n` answerable questions with one evidence page, on a ready document that has that page (the
+    dev set labels one question "page 0"), spread evenly over the question file's order."""
+    ready = {d.name: d.n_pages for d in documents if d.status == "ready"}
+    pool = [q for q in questions if q.answerable and len(q.evidence_pages) == 1 and q.doc_name in ready
+            and 1 <= q.evidence_pages[0] <= ready[q.doc_name]]
+    return pool[:: max(1, len(pool) // n)][:n]
+
+
 def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pages: tuple[int, int]):
     """Dev-set questions with one evidence page, in noisy sequences over the dev store."""
     from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
@@ -153,12 +162,8 @@ def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pag
     from indexes.store import Store
 
     store = Store(store_dir)
-    ready = {d.name: d for d in store.documents() if d.status == "ready"}
-    names = {name: d.doc_id for name, d in ready.items()}
-    pool = [q for q in load_questions("mmlongbench", data / "samples.json")
-            if q.answerable and len(q.evidence_pages) == 1 and q.doc_name in ready
-            and 1 <= q.evidence_pages[0] <= ready[q.doc_name].n_pages]  # the dev set has a few "page 0" labels
-    pool = pool[:: max(1, len(pool) // questions)][:questions]
+    names = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+    pool = single_evidence_questions(load_questions("mmlongbench", data / "samples.json"), store.documents(), questions)
     searcher = HybridSearcher(store, default_encoder().embedder)
     lo, hi = noisy_pages
     seqs = [build_sequence(searcher, EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), names[q.doc_name],

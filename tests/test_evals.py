@@ -254,3 +254,21 @@ def test_fusion_stress_bench_keeps_the_documents_asked_for(tmp_path):
     assert both[METHODS.index("sparse")] == "0.500"
     with pytest.raises(SystemExit, match="no question on a document whose name contains 'annual'"):
         stress(dump, seeds=1, params={}, n=50, docs="annual")
+
+
+def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tmp_path):
+    """The dev-set pool of the reader evaluations: one evidence page that the document has (the dev set
+    labels one question "page 0"), an answerable question, a ready document; spread over the file."""
+    from types import SimpleNamespace
+
+    from evals.reader_evals import single_evidence_questions
+
+    rows = [("a.pdf", "[3]", "7"), ("a.pdf", "[0]", "7"), ("a.pdf", "[13]", "7"), ("a.pdf", "[2, 3]", "7"),
+            ("a.pdf", "[4]", "Not answerable"), ("b.pdf", "[1]", "7"), ("c.pdf", "[1]", "7"), ("a.pdf", "[12]", "7")]
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"doc_id": doc, "question": f"Q{i}?", "answer": answer, "evidence_pages": pages, "evidence_sources": "[]",
+         "answer_format": "Int" if answer == "7" else "None"} for i, (doc, pages, answer) in enumerate(rows)]))
+    docs = [SimpleNamespace(name="a.pdf", n_pages=12, status="ready"), SimpleNamespace(name="b.pdf", n_pages=5, status="ingesting")]
+    questions = load_questions("mmlongbench", tmp_path)
+    assert [q.question for q in single_evidence_questions(questions, docs, 10)] == ["Q0?", "Q7?"]
+    assert [q.question for q in single_evidence_questions(questions, docs, 1)] == ["Q0?"]
