@@ -6,8 +6,8 @@ branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetiti
 
 `dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
 for every page of that document; `stress --docs TEXT` keeps the questions on documents whose name contains
-TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each branch's top `--candidates` pages) and reports
-Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
+TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
+branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
 (U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, mean over seeds;
 "consistency, no pages" is the method without the candidates' page keys (no smoothness term).
 """
