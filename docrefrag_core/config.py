@@ -127,7 +127,7 @@ class TrainConfig:
     examples: ExampleConfig = field(default_factory=ExampleConfig)
     decoder: Path | None = field(default=None, metadata={
         "help": "directory of the Hugging Face causal LM to read with (default: the cached SmolLM2-135M-Instruct)"})
-    device: str = field(default="cpu", metadata={"help": "cpu or cuda"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda or cuda:N (checked before any work)"})
     save_every: int = field(default=25, metadata={"help": "steps between resumable states"})
 
     def __post_init__(self) -> None:

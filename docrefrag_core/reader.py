@@ -145,7 +145,7 @@ class DocRefragReader(nn.Module):
         chosen = (selector or self.selector).choose(self.question_vector(question), chunks.reshape(n * L, *chunks.shape[2:]),
                                                     budget(p, n, L))
         mask = torch.zeros(n * L, dtype=torch.bool, device=chunks.device)
-        mask[chosen] = True
+        mask[chosen.to(chunks.device)] = True
         return mask.reshape(n, L)
 
     # ------------------------------------------------------------------ reading

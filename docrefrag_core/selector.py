@@ -67,20 +67,24 @@ def top_t(scores: torch.Tensor, T: int) -> torch.Tensor:
 
 
 def sample_selection(logits: torch.Tensor, T: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """T distinct indices drawn without replacement from softmax(logits) (Gumbel top-k), in draw order."""
-    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype).clamp_(1e-9, 1 - 1e-9)
+    """T distinct indices drawn without replacement from softmax(logits) (Gumbel top-k), in draw order, on
+    the logits' device (`generator` is a CPU generator, so a seed gives the same draw on any device)."""
+    u = torch.rand(logits.shape, generator=generator, dtype=logits.dtype).to(logits.device).clamp_(1e-9, 1 - 1e-9)
     gumbel = -torch.log(-torch.log(u))  # (N,)
     return torch.topk(logits.detach() + gumbel, T).indices  # (T,) in draw order
 
 
 def selection_log_prob(logits: torch.Tensor, selection: torch.Tensor) -> torch.Tensor:
     """Plackett-Luce log-probability of drawing `selection` (in its order) without replacement."""
+    dev = logits.device
+    selection = selection.to(dev)
     T = selection.numel()
     chosen = logits[selection]  # (T,)
-    taken = torch.zeros(T, logits.numel(), dtype=torch.bool)  # (T, N): drawn before step t
+    taken = torch.zeros(T, logits.numel(), dtype=torch.bool, device=dev)  # (T, N): drawn before step t
     if T > 1:
-        rows = torch.arange(1, T).repeat_interleave(torch.arange(1, T))
-        cols = selection[torch.cat([torch.arange(t) for t in range(1, T)])]
+        rows = torch.arange(1, T, device=dev).repeat_interleave(torch.arange(1, T, device=dev),
+                                                                output_size=T * (T - 1) // 2)  # no device sync
+        cols = selection[torch.cat([torch.arange(t, device=dev) for t in range(1, T)])]
         taken[rows, cols] = True
     remaining = logits[None].masked_fill(taken, float("-inf"))  # (T, N)
     return (chosen - torch.logsumexp(remaining, dim=1)).sum()

@@ -73,6 +73,20 @@ def is_trained_in(stage: str, name: str) -> bool:
     return name.startswith(parts) or (stage == "stage2" and "lora_" in name)
 
 
+def check_device(device: str) -> None:
+    """Refuse, before any work, a device torch does not know or cannot use here."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}, but this torch build sees no CUDA GPU (torch.cuda.is_available() is "
+                         f"False, torch {torch.__version__}); install a CUDA build of torch, or train with --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
+                         f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+
+
 def stage_dir(config: TrainConfig, stage: str) -> Path:
     return config.out / stage
 
@@ -87,6 +101,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, open_index: IndexFactory, reward: Reward, show_progress: bool = True) -> None:
         from docrefrag_core.page_encoder import default_encoder
 
+        check_device(config.device)
         self.config, self.reward, self.show_progress = config, reward, show_progress
         config.out.mkdir(parents=True, exist_ok=True)
         self.encoder = default_encoder()
@@ -126,7 +141,7 @@ class Trainer:
         mask = torch.zeros(n, L, dtype=torch.bool)
         for i, j in ex.expand:
             mask[i, j] = True
-        return mask
+        return mask.to(self.config.device)
 
     # -------------------------------------------------------------- losses
 

@@ -14,6 +14,7 @@ from docrefrag_core.config import ReaderConfig
 from docrefrag_core.reader import ANSWER_SUFFIX, DocRefragReader
 from docrefrag_core.selector import (
     AllSelector,
+    ChunkSelector,
     NoneSelector,
     RandomSelector,
     SimilaritySelector,
@@ -146,8 +147,6 @@ def test_gradients_reach_projector_aligner_selector_and_lora(tokenizer):
 
 
 def test_selector_has_under_a_million_parameters_at_the_default_size():
-    from docrefrag_core.selector import ChunkSelector
-
     assert sum(p.numel() for p in ChunkSelector(ReaderConfig()).parameters()) < 1_000_000
 
 
@@ -157,6 +156,20 @@ def test_plackett_luce_probabilities_sum_to_one_and_samples_are_distinct():
     assert float(total) == pytest.approx(1.0, abs=1e-6)
     draw = sample_selection(torch.zeros(50), 10, torch.Generator().manual_seed(0))
     assert draw.unique().numel() == 10
+
+
+def test_grpo_sampling_stays_on_the_policy_device():
+    """The GPU path without a GPU: a CPU tensor meeting one on torch's meta device raises, as it does on
+    cuda; stage 3 samples selections with a CPU generator from logits on the training device."""
+    config = ReaderConfig()
+    selector = ChunkSelector(config).to("meta")
+    logits = selector(torch.zeros(config.question_dim, device="meta"), torch.zeros(40, config.k, config.token_dim,
+                                                                                   device="meta"))
+    draw = sample_selection(logits, 6, torch.Generator().manual_seed(0))
+    assert draw.device.type == "meta" and draw.shape == (6,)
+    for selection in (draw, torch.tensor([3, 1, 2])):  # a selection made on the CPU is moved, not mixed
+        log_p = selection_log_prob(logits, selection)
+        assert log_p.device.type == "meta" and log_p.ndim == 0
 
 
 def test_a_reader_config_that_does_not_fit_the_decoder_is_refused(tokenizer):

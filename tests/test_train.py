@@ -140,6 +140,18 @@ def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeyp
     assert losses["evidence first"] < 0.05 < 8.0 < losses["evidence last"]
 
 
+def test_train_refuses_a_device_it_cannot_use_before_any_work(tmp_path, capsys, monkeypatch):
+    from docrefrag.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device, message in [("gpu", "unknown device 'gpu'; use cpu, cuda or cuda:N"),
+                            ("cuda", "device 'cuda', but this torch build sees no CUDA GPU")]:
+        assert main(["train", "all", "--out", str(tmp_path / "run"), "--device", device]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+        assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("args, message", [
     (["--noisy-pages", "6", "3"], r"noisy_pages \(--noisy-pages LO HI\) needs 1 <= LO <= HI, got 6 3"),
     (["--noisy-pages", "0", "3"], r"--noisy-pages LO HI"),
