@@ -9,7 +9,9 @@ for every page of that document; `stress --docs TEXT` keeps the questions on doc
 TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
 branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
 (U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, mean over seeds;
-"consistency, no pages" is the method without the candidates' page keys (no smoothness term).
+"consistency, no pages" is the method without the candidates' page keys (no smoothness term). The last
+rows: each method's worst mean margin to the best branch over the noise cases, and the standard error of
+that margin (paired per question, bootstrap over questions).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evals.metrics import recall_at
+from evals.metrics import bootstrap_se, recall_at
 from indexes.fusion import fuse, minmax
 
 BRANCH_METHODS = ("sparse", "dense")
@@ -62,8 +64,9 @@ def _candidates(pages: np.ndarray, sparse: np.ndarray, dense: np.ndarray, n: int
     return pages[keep], masked[0][keep], masked[1][keep]
 
 
-def _recall5(rows: list, params: dict, n: int) -> dict[str, float]:
-    totals = dict.fromkeys(METHODS, 0.0)
+def _recall5(rows: list, params: dict, n: int) -> dict[str, np.ndarray]:
+    """Recall@5 of every method, one value per question."""
+    per_question: dict[str, list[float]] = {m: [] for m in METHODS}
     for pages, evidence, sparse, dense in rows:
         pages, sparse, dense = _candidates(pages, sparse, dense, n)
         keys = [("doc", int(p)) for p in pages]
@@ -72,8 +75,8 @@ def _recall5(rows: list, params: dict, n: int) -> dict[str, float]:
             fused = fuse(sparse, dense, name, keys if method == "consistency" else None,
                          **(params if name == "consistency" else {}))
             ranked = [int(pages[i]) for i in np.argsort(-fused, kind="stable")]
-            totals[method] += recall_at(ranked, set(evidence), 5)
-    return {m: v / len(rows) for m, v in totals.items()}
+            per_question[method].append(recall_at(ranked, set(evidence), 5))
+    return {m: np.array(v) for m, v in per_question.items()}
 
 
 def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None) -> str:
@@ -98,12 +101,17 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
                     y = noise + 0.2 * minmax(x)
                     rows.append((pages, evidence, y, dense) if branch == "sparse" else (pages, evidence, sparse, y))
                 runs.append(_recall5(rows, params, n))
-            results[f"{branch} {kind}"] = {m: float(np.mean([r[m] for r in runs])) for m in METHODS}
+            results[f"{branch} {kind}"] = {m: np.mean([r[m] for r in runs], axis=0) for m in METHODS}  # (questions,)
     lines = ["| case | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
     for case, r in results.items():
-        lines.append(f"| {case} | " + " | ".join(f"{r[m]:.3f}" for m in METHODS) + " |")
-    worst = {m: min(r[m] - max(r[b] for b in BRANCH_METHODS) for c, r in results.items() if c != "dev") for m in METHODS}
-    lines.append("| worst margin to the best branch (noise cases) | " + " | ".join(f"{worst[m]:+.3f}" for m in METHODS) + " |")
+        lines.append(f"| {case} | " + " | ".join(f"{r[m].mean():.3f}" for m in METHODS) + " |")
+    margins = {m: [r[m] - r[max(BRANCH_METHODS, key=lambda b: r[b].mean())] for c, r in results.items() if c != "dev"]
+               for m in METHODS}  # per noise case, per question: the method minus the case's best branch
+    worst = {m: min(margins[m], key=np.mean) for m in METHODS}
+    lines.append("| worst margin to the best branch (noise cases) | "
+                 + " | ".join(f"{worst[m].mean():+.3f}" for m in METHODS) + " |")
+    lines.append("| its standard error (bootstrap over questions) | "
+                 + " | ".join(f"{bootstrap_se(worst[m]):.3f}" for m in METHODS) + " |")
     return "\n".join(lines)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
+
 KS = (1, 3, 5, 10)
 
 
@@ -44,3 +46,10 @@ def mean_metrics(rows: Sequence[dict[str, float]]) -> dict[str, float]:
     if not rows:
         return {}
     return {key: sum(r[key] for r in rows) / len(rows) for key in rows[0]}
+
+
+def bootstrap_se(x: np.ndarray, seed: int = 0, draws: int = 2000) -> float:
+    """Standard error of the mean of `x` (one value per question, e.g. a paired difference of two methods)
+    by resampling its entries with replacement."""
+    rng = np.random.default_rng(seed)
+    return float(np.std(x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1)))

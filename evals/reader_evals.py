@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from docrefrag_core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
+from evals.metrics import bootstrap_se
 from evals.report import accuracy_by_budget
 from evals.scoring import anls, mmlongbench_score, similarity
 
@@ -112,15 +113,9 @@ def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 
         rows.append({"selector": name, "p": p if name not in ("none", "all") else None, "questions": len(values),
                      "answer_nll_mean": round(statistics.mean(values), 4),
                      "answer_nll_median": round(statistics.median(values), 4),
-                     "minus_random": round(float(diff.mean()), 4), "minus_random_se": round(_bootstrap_se(diff, seed), 4),
+                     "minus_random": round(float(diff.mean()), 4), "minus_random_se": round(bootstrap_se(diff, seed), 4),
                      "per_question": [round(x, 4) for x in values]})
     return rows
-
-
-def _bootstrap_se(x: np.ndarray, seed: int, draws: int = 2000) -> float:
-    """Standard error of the mean of `x` by resampling its entries (questions) with replacement."""
-    rng = np.random.default_rng(seed)
-    return float(np.std(x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1)))
 
 
 def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):

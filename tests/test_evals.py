@@ -226,7 +226,8 @@ def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
     assert lines[0] == "| case | " + " | ".join(METHODS) + " |"
     rows = {line.split(" | ")[0].lstrip("| "): line.strip("| ").split(" | ")[1:] for line in lines[2:]}
     assert list(rows) == ["dev", "sparse U", "sparse G", "dense U", "dense G",
-                          "worst margin to the best branch (noise cases)"]
+                          "worst margin to the best branch (noise cases)",
+                          "its standard error (bootstrap over questions)"]
     col = {m: i for i, m in enumerate(METHODS)}
     assert rows["dev"][col["sparse"]] == "1.000"  # BM25 alone puts every evidence page first
     assert float(rows["dev"][col["consistency"]]) == 1.0 > float(rows["dev"][col["rrf"]])  # RRF: diluted by the noise
@@ -235,6 +236,19 @@ def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
     noise = [[float(x) for x in rows[c]] for c in ("sparse U", "sparse G", "dense U", "dense G")]
     expected = [min(r[i] - max(r[col["sparse"]], r[col["dense"]]) for r in noise) for i in range(len(METHODS))]
     assert worst == pytest.approx(expected, abs=1.5e-3)  # the printed values are rounded to 3 places
+    se = [float(x) for x in rows["its standard error (bootstrap over questions)"]]
+    # the dense branch's worst case is "dense U": it misses all 6 pages BM25 puts first, a margin of -1 on
+    # every question, so no spread; BM25's ("sparse U") differs from the dense branch's question by question
+    assert worst[col["dense"]] == -1.0 and se[col["dense"]] == 0.0
+    assert se[col["sparse"]] > 0.1 and all(x >= 0.0 for x in se)
+
+
+def test_bootstrap_standard_error_of_a_mean():
+    from evals.metrics import bootstrap_se
+
+    assert bootstrap_se(np.full(50, 0.3)) == pytest.approx(0.0, abs=1e-12)
+    x = np.random.default_rng(1).normal(size=400)
+    assert bootstrap_se(x) == pytest.approx(x.std() / np.sqrt(len(x)), rel=0.1)
 
 
 def test_fusion_stress_bench_keeps_the_documents_asked_for(tmp_path):
