@@ -1,6 +1,7 @@
 """Evaluations of the trained Doc-REFRAG reader on held-out data (issue: training).
 
     python -m evals.reader_evals reconstruction [--checkpoint DIR] [--json OUT]
+    python -m evals.reader_evals training-tasks [--checkpoint DIR] [--limit N]
     python -m evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
     python -m evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
 
@@ -9,6 +10,9 @@
   the page's text, as long as the training targets (`ExampleConfig.target_chars`): ANLS (official
   threshold 0.5) and the plain normalised-Levenshtein similarity, compressed only and with the
   selector's p = 0.2 expansion (and every chunk expanded, as the upper reference).
+- training-tasks: stage 1's own tasks (page parsing, box localisation) on held-out pages of the training
+  distribution (`training_document`, held-out seeds), scored like reconstruction: whether the reader
+  learnt to read its training pages in general, apart from the dense-text shift.
 - selectors: noisy sequences (the evidence page first among hard negatives from our own index);
   answer score (`evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
   alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}, with
@@ -66,6 +70,24 @@ def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 
                 rows.append({"chars": c, "mode": mode, "pages": pages, "anls": round(statistics.mean(a for a, _ in values), 3),
                              "similarity": round(statistics.mean(b for _, b in values), 3)})
     return rows
+
+
+def training_task_reconstruction(reader, trainer, n: int, new_tokens: int = 64) -> list[dict]:
+    """Stage 1's own tasks on `trainer`'s corpus (held-out seeds: pages of the training distribution the
+    reader never saw): page parsing and box localisation, each with its training expansion (20% of the
+    chunks at random; the box's chunks), `n` examples each, drawn past any step a run takes."""
+    from docrefrag_core.reader import ANSWER_SUFFIX
+
+    scores: dict[str, list[tuple[float, float]]] = {"parse": [], "locate": []}
+    for step in range(10**6, 10**6 + 2 * n):
+        ex = trainer.sampler.parse(step) if step % 2 == 0 else trainer.sampler.locate(step)
+        seq = reader.build(ex.prompt, reader.chunks(trainer.tokens(ex.pages)), trainer.expand_mask(ex, len(ex.pages)),
+                           ANSWER_SUFFIX)
+        ids, _, _ = reader.decode(seq.embeds, new_tokens, time.perf_counter(), True)
+        pred = reader.tokenizer.decode(ids, skip_special_tokens=True).strip()[: len(ex.target)]
+        scores[ex.kind].append((anls(ex.target, pred), similarity(ex.target, pred)))
+    return [{"task": task, "examples": len(v), "anls": round(statistics.mean(a for a, _ in v), 3),
+             "similarity": round(statistics.mean(b for _, b in v), 3)} for task, v in scores.items()]
 
 
 def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[dict]:
@@ -172,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
 
     parser = argparse.ArgumentParser(prog="python -m evals.reader_evals")
-    parser.add_argument("what", choices=["reconstruction", "selectors", "answer-loss"])
+    parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--mmlongbench", type=Path, default=None, help="selectors on this dev-set folder (with --store)")
     parser.add_argument("--store", type=Path, default=None)
-    parser.add_argument("--limit", type=int, default=30, help="questions (selectors)")
+    parser.add_argument("--limit", type=int, default=30, help="questions (selectors, answer-loss); examples per task "
+                                                               "(training-tasks)")
     parser.add_argument("--noisy-pages", type=int, nargs=2, default=(3, 6))
     parser.add_argument("--work", type=Path, default=Path("runs/reader-evals"))
     parser.add_argument("--json", type=Path, default=None)
@@ -187,6 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     reader = load_reader(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
     if args.what == "reconstruction":
         rows = reconstruction(reader, encoder)
+    elif args.what == "training-tasks":
+        from docrefrag_core.config import TrainConfig
+        from docrefrag_core.train import Trainer
+        from indexes.corpus import CorpusIndex
+
+        trainer = Trainer(TrainConfig(out=args.work / "heldout-training-tasks", docs=4, seed=HELD_OUT_SEED), CorpusIndex,
+                          mmlongbench_score, show_progress=False)
+        try:
+            with torch.no_grad():
+                rows = training_task_reconstruction(reader, trainer, args.limit)
+        finally:
+            trainer.close()
     else:
         args.work.mkdir(parents=True, exist_ok=True)
         if args.mmlongbench:

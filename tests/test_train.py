@@ -140,6 +140,16 @@ def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeyp
     assert losses["evidence first"] < 0.05 < 8.0 < losses["evidence last"]
 
 
+def test_training_task_reconstruction_scores_both_stage1_tasks(trainer):
+    from evals.reader_evals import training_task_reconstruction
+
+    reader, _ = trainer.reader("stage1")
+    with torch.no_grad():
+        rows = training_task_reconstruction(reader, trainer, 2, new_tokens=3)
+    assert [(r["task"], r["examples"]) for r in rows] == [("parse", 2), ("locate", 2)]
+    assert all(0.0 <= r["anls"] <= r["similarity"] + 1e-9 <= 1.0 + 1e-9 for r in rows)
+
+
 def test_train_refuses_a_device_it_cannot_use_before_any_work(tmp_path, capsys, monkeypatch):
     from docrefrag.cli import main
 
