@@ -210,18 +210,21 @@ class Trainer:
         cfg = self.config
         torch.manual_seed(cfg.seed)
         reader, prior = self.reader(stage)
-        steps, minutes, lr = self.fit(stage, reader)
+        command = command or " ".join(shlex.quote(a) for a in ["docrefrag", *sys.argv[1:]])
+        steps, minutes, lr, segments = self.fit(stage, reader, command)
         record = {"stage": stage, "steps": steps, "seed": cfg.seed, "minutes": round(minutes, 1),
                   "data": {"synthetic_docs": cfg.docs, "pages_per_doc": cfg.pages, "corpus_seed": cfg.seed,
                            "examples": asdict(cfg.examples), "curriculum": cfg.curriculum, "init": cfg.init},
-                  "command": command or " ".join(shlex.quote(a) for a in ["docrefrag", *sys.argv[1:]]),
-                  "lr": lr, "device": cfg.device}
+                  "command": command, "segments": segments, "lr": lr, "device": cfg.device}
         if stage == "stage3":
             record.update(group=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, p_range=list(cfg.p_range))
         return save_checkpoint(reader, checkpoint_path(cfg, stage), self.encoder.encoder_id, [*prior, record])
 
-    def fit(self, stage: str, reader) -> tuple[int, float, float]:
-        """The optimisation loop of one stage on `reader`: (steps done, minutes, learning rate)."""
+    def fit(self, stage: str, reader, command: str = "") -> tuple[int, float, float, list[dict]]:
+        """The optimisation loop of one stage on `reader`: (steps done, minutes, learning rate, segments).
+
+        A stage run in several sittings (resumed from its state) keeps one segment per sitting that
+        trained: its command, the steps it took the stage from and to, and its minutes."""
         import copy
 
         cfg, folder = self.config, stage_dir(self.config, stage)
@@ -231,7 +234,7 @@ class Trainer:
         lr = cfg.lr / 10 if stage == "stage3" else cfg.lr
         optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         reference = copy.deepcopy(reader.selector).eval() if stage == "stage3" else None
-        step, elapsed = 0, 0.0
+        step, elapsed, segments = 0, 0.0, []
         state_file = folder / "state.pt"
         if state_file.is_file():
             state = torch.load(state_file, map_location=cfg.device)
@@ -239,10 +242,17 @@ class Trainer:
                 for n, value in state["params"].items():
                     named[n].copy_(value)
             optimiser.load_state_dict(state["optimiser"])
-            step, elapsed = state["step"], state["elapsed"]
+            step, elapsed, segments = state["step"], state["elapsed"], state.get("segments", [])
             if reference is not None:
                 reference.load_state_dict(state["reference"])
             logger.info("%s: resuming at step %d", stage, step)
+        first_step = step
+
+        def sittings() -> list[dict]:  # the segments so far, with this sitting's once it has trained
+            now = (time.perf_counter() - start) / 60
+            return segments if step == first_step else [
+                *segments, {"command": command, "steps": [first_step, step], "minutes": round(now - elapsed, 1)}]
+
         generator = torch.Generator().manual_seed(cfg.seed + step)
         bar = tqdm(total=cfg.steps, initial=step, desc=stage, unit="step", disable=not self.show_progress)
         start, window = time.perf_counter() - elapsed * 60, []
@@ -270,17 +280,19 @@ class Trainer:
                 bar.update()
                 bar.set_postfix(loss=f"{np.mean(window[-20:]):.3f}", **({"reward": f"{reward:.2f}"} if reward is not None else {}))
                 if step % cfg.save_every == 0:
-                    self._save_state(state_file, named, optimiser, step, (time.perf_counter() - start) / 60, reference)
+                    self._save_state(state_file, named, optimiser, step, (time.perf_counter() - start) / 60, reference,
+                                     sittings())
         bar.close()
-        minutes = (time.perf_counter() - start) / 60
-        self._save_state(state_file, named, optimiser, step, minutes, reference)
+        minutes, segments = (time.perf_counter() - start) / 60, sittings()
+        self._save_state(state_file, named, optimiser, step, minutes, reference, segments)
         reader.eval()
-        return step, minutes, lr
+        return step, minutes, lr, segments
 
     @staticmethod
-    def _save_state(path: Path, named: dict, optimiser, step: int, minutes: float, reference) -> None:
+    def _save_state(path: Path, named: dict, optimiser, step: int, minutes: float, reference,
+                    segments: list[dict]) -> None:
         state = {"params": {n: p.detach().cpu() for n, p in named.items()}, "optimiser": optimiser.state_dict(),
-                 "step": step, "elapsed": minutes}
+                 "step": step, "elapsed": minutes, "segments": segments}
         if reference is not None:
             state["reference"] = reference.state_dict()
         tmp = path.with_suffix(".tmp")

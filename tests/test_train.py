@@ -3,6 +3,7 @@ change, every other one stays put; a stage resumes from its state; the checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 
@@ -58,7 +59,7 @@ def test_a_stage_changes_exactly_its_trainable_parameters(trainer, stage, monkey
         monkeypatch.setattr(trainer, "reward", lambda gt, pred, fmt: float(next(calls) % 3))
     before = snapshot(reader)
     (trainer.config.out / stage / "state.pt").unlink(missing_ok=True)
-    steps, _, _ = trainer.fit(stage, reader)
+    steps, *_ = trainer.fit(stage, reader)
     assert steps == trainer.config.steps
     after = snapshot(reader)
     changed = {n for n in before if not torch.equal(before[n], after[n])}
@@ -79,6 +80,23 @@ def test_stages_resume_and_the_checkpoint_records_each_stage(trainer):
     record = read_checkpoint_config(checkpoint_path(config, "stage2"))["stages"]
     assert [r["stage"] for r in record] == ["stage1", "stage2"]
     assert all(r["steps"] == 4 and r["seed"] == 0 and "command" in r and "minutes" in r and "data" in r for r in record)
+
+
+def test_a_stage_run_in_several_sittings_records_each_one(tiny_decoder, tmp_path):
+    config = TrainConfig(out=tmp_path, docs=2, pages=4, steps=2, decoder=tiny_decoder,
+                         examples=ExampleConfig(noisy_pages=(1, 2)), save_every=1)
+    sittings = [(config, "first sitting"), (dataclasses.replace(config, steps=3), "second sitting"),
+                (dataclasses.replace(config, steps=3), "nothing left to do")]  # resumed with a larger budget, then again
+    for cfg, command in sittings:
+        t = Trainer(cfg, CorpusIndex, mmlongbench_score, show_progress=False)
+        try:
+            t.run("stage1", command=command)
+        finally:
+            t.close()
+    record = read_checkpoint_config(checkpoint_path(config, "stage1"))["stages"][-1]
+    assert record["steps"] == 3 and record["command"] == "nothing left to do"
+    assert [(s["command"], s["steps"]) for s in record["segments"]] == [("first sitting", [0, 2]), ("second sitting", [2, 3])]
+    assert all(s["minutes"] >= 0 for s in record["segments"])
 
 
 def test_a_stage_without_its_predecessor_says_what_to_run(tiny_decoder, tmp_path):
