@@ -54,7 +54,8 @@ def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
         return json.dumps([{"doc_id": h.doc_id, "page": h.page, "score": round(h.score, 3)} for h in hits])
 
     def visual_search(query: str, k: int = 5, doc: str | None = None) -> str:
-        """Rank pages by MaxSim of the query against their region embeddings; returns JSON hits."""
+        """Rank pages by their best region embedding plus their pooled page vector (the visual index's page
+        score) against the query; returns JSON hits."""
         vec = searcher.embedder.embed_queries([query])[0]
         hits = store.visual.search(np.asarray(vec), k=k, doc_ids=_scope(store, doc) or store.ready_ids())
         return json.dumps([{"doc_id": h.doc_id, "page": h.page, "score": round(h.score, 3)} for h in hits])

@@ -2,10 +2,12 @@
 branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetitive vocabulary).
 
     python -m evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench --store STORE --out mmlb.jsonl
-    python -m evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] [--docs 10K]
+    python -m evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] [--docs 10K] [--pooled-weight 0]
 
 `dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
-for every page of that document; `stress --docs TEXT` keeps the questions on documents whose name contains
+for every page of that document, and the dense score's two terms (the best chunk's cosine and the pooled
+vector's, indexes/visual.py); `stress --pooled-weight W` rebuilds the dense score with weight W on the
+pooled term instead (0: the best chunk alone), `stress --docs TEXT` keeps the questions on documents whose name contains
 TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
 branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
 (U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, mean over seeds;
@@ -34,6 +36,7 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
     from evals.run import prepare
     from indexes.hybrid import HybridSearcher
     from indexes.store import Store
+    from indexes.visual import CHUNKS, POOLED
 
     with Store(store_dir) as store:
         present, doc_ids, _ = prepare(benchmark, data, store, None, False)
@@ -43,11 +46,17 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
             for q in present:
                 if not q.evidence_pages or not q.answerable or q.doc_name not in doc_ids:
                     continue
-                cands = searcher.candidates(q.question, [doc_ids[q.doc_name]], k=1_000_000)
+                doc = doc_ids[q.doc_name]
+                cands = searcher.candidates(q.question, [doc], k=1_000_000)
                 order = np.argsort([key[1] for key in cands.keys])
-                f.write(json.dumps({"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages),
-                                    "pages": [cands.keys[i][1] for i in order],
-                                    "sparse": cands.sparse[order].tolist(), "dense": cands.dense[order].tolist()}) + "\n")
+                pages = [cands.keys[i][1] for i in order]
+                vec = searcher.embedder.embed_queries([q.question])[0]
+                terms = {using: {h.page: h.score for h in store.visual.vector_search(vec, using, 1_000_000, [doc])}
+                         for using in (CHUNKS, POOLED)}
+                f.write(json.dumps({"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages), "pages": pages,
+                                    "sparse": cands.sparse[order].tolist(), "dense": cands.dense[order].tolist(),
+                                    **{f"dense_{using}": [terms[using].get(p, np.nan) for p in pages]
+                                       for using in (CHUNKS, POOLED)}}) + "\n")
                 n += 1
     return n
 
@@ -79,13 +88,20 @@ def _recall5(rows: list, params: dict, n: int) -> dict[str, np.ndarray]:
     return {m: np.array(v) for m, v in per_question.items()}
 
 
-def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None) -> str:
+def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None,
+           pooled_weight: float | None = None) -> str:
     base = []
     for line in open(path):
         r = json.loads(line)
         if docs is not None and docs not in r["doc"]:
             continue
-        base.append((np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), np.array(r["dense"])))
+        if pooled_weight is None:
+            dense = np.array(r["dense"])
+        elif "dense_chunks" not in r:
+            raise SystemExit(f"{path} has no dense_chunks / dense_pooled terms (an older dump): dump it again")
+        else:
+            dense = np.array(r["dense_chunks"], dtype=float) + pooled_weight * np.array(r["dense_pooled"], dtype=float)
+        base.append((np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), dense))
     if not base:
         raise SystemExit(f"{path}: no question on a document whose name contains {docs!r}")
     results = {"dev": _recall5(base, params, n)}
@@ -130,12 +146,14 @@ def main() -> None:
     s.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a FusionConfig field of the consistency method, e.g. eta=0")
     s.add_argument("--docs", metavar="TEXT", help="only the questions on documents whose name contains TEXT")
+    s.add_argument("--pooled-weight", type=float, metavar="W",
+                   help="rebuild the dense score as best chunk + W x pooled from the dump's terms (0: best chunk alone)")
     args = parser.parse_args()
     if args.command == "dump":
         print(f"{dump(args.benchmark, args.data, args.store, args.out)} questions -> {args.out}")
     else:
         params = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
-        print(stress(args.dump, args.seeds, params, args.candidates, args.docs))
+        print(stress(args.dump, args.seeds, params, args.candidates, args.docs, args.pooled_weight))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ consistency Recall@5 by Q: 0.855 (Q < 0.2, 142 questions), 0.701 (0.2-0.35, 122)
 (0.35-0.5, 78), 0.445 (Q >= 0.5, 27); by top-5 overlap: 0.374 (0/5, 33 questions) to 1.0 (5/5, 10); Q flags the 69 questions with no evidence page in the
 top 5 with AUC 0.69.
 
+The measurements below were taken when the dense score was the best chunk's cosine alone; with the
+visual index's pooled term (indexes/visual.py) the same defaults are measured in evals/RESULTS.md,
+"The page's own vector in the dense score".
+
 Measurements (2026-11-30, 2 CPU cores, `python /tmp/fusion_measure.py mmlb.jsonl table grid stress
 diag`: `fuse` on dumps of our BM25 and visual-index scores for every page of the question's
 document, 369 MMLongBench-Doc questions; bootstrap standard error of a difference of two methods'

@@ -1,4 +1,5 @@
-"""Hybrid page search over a store: BM25 over page text + MaxSim over page-region vectors, fused."""
+"""Hybrid page search over a store: BM25 over page text + the visual index's page score (best
+region + pooled page vector), fused."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class Hit:
     page: int
     fused: float
     sparse: float | None  # BM25 score (None: not among the sparse candidates)
-    dense: float | None  # MaxSim cosine (None: not among the dense candidates)
+    dense: float | None  # the visual index's page score (None: not among the dense candidates)
     rerank: float | None = None
     bbox: tuple[float, float, float, float] | None = None  # PDF points, origin top-left
     snippet: str = ""
@@ -37,7 +38,7 @@ class Candidates:
     scope: list[str]  # the ready documents searched
     keys: list[tuple[str, int]]  # (doc_id, page) of each candidate
     sparse: np.ndarray  # (n,) BM25 score, NaN where the page is not among the sparse candidates
-    dense: np.ndarray  # (n,) MaxSim score, NaN where the page is not among the dense candidates
+    dense: np.ndarray  # (n,) visual page score, NaN where the page is not among the dense candidates
     bm25: ScopeScores | None  # the BM25 statistics of the query (for each hit's best chunk)
 
 

@@ -270,6 +270,26 @@ def test_fusion_stress_bench_keeps_the_documents_asked_for(tmp_path):
         stress(dump, seeds=1, params={}, n=50, docs="annual")
 
 
+def test_fusion_stress_bench_rebuilds_the_dense_score_from_its_terms(tmp_path):
+    """--pooled-weight W: dense = best chunk + W x pooled from the dump's terms; an older dump is refused."""
+    from evals.bench_fusion import METHODS, stress
+
+    dump = tmp_path / "dump.jsonl"
+    chunks = [0.9 if p == 2 else 0.5 for p in range(1, 11)]  # the best chunk alone: page 2
+    pooled = [0.9 if p == 7 else 0.0 for p in range(1, 11)]  # page 7 as a whole
+    with open(dump, "w") as f:  # evidence page 7; "dense" as dumped (weight 1) puts it first
+        f.write(json.dumps({"qid": "0", "doc": "a.pdf", "evidence": [7], "pages": list(range(1, 11)),
+                            "sparse": [0.0] * 10, "dense": [c + p for c, p in zip(chunks, pooled)],
+                            "dense_chunks": chunks, "dense_pooled": pooled}) + "\n")
+    def recall1(weight):  # the dense branch's recall@5 with n=1 candidate: is page 7 its top page?
+        return stress(dump, seeds=1, params={}, n=1, pooled_weight=weight).splitlines()[2].strip("| ").split(" | ")[1 + METHODS.index("dense")]
+    assert recall1(None) == recall1(0.5) == "1.000" and recall1(0.0) == "0.000"
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"qid": "0", "doc": "a.pdf", "evidence": [7], "pages": [7], "sparse": [0.0], "dense": [1.0]}) + "\n")
+    with pytest.raises(SystemExit, match="no dense_chunks / dense_pooled terms"):
+        stress(old, seeds=1, params={}, n=1, pooled_weight=0.5)
+
+
 def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tmp_path):
     """The dev-set pool of the reader evaluations: one evidence page that the document has (the dev set
     labels one question "page 0"), an answerable question, a ready document; spread over the file."""

@@ -87,6 +87,58 @@ def test_search_returns_the_page_whose_chunk_matches_best(index):
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
+def test_search_is_the_exact_top_k_by_best_chunk_plus_weighted_pooled_cosine(index, monkeypatch):
+    """More pages than the first width, so the threshold check (and its widening) decides."""
+    monkeypatch.setattr(visual, "MIN_WIDTH", 4)
+    rng = np.random.default_rng(7)
+    items = []
+    for page in range(1, 61):
+        chunks = unit(rng.standard_normal((3, DIM)).astype(np.float32))  # (3, DIM)
+        pooled = unit(rng.standard_normal(DIM).astype(np.float32))  # not the chunks' mean: the terms disagree
+        items.append(("doc-a" if page <= 40 else "doc-b", page, pooled, chunks))
+    index.upsert_pages(items)
+    for seed in range(5):
+        query = unit(rng.standard_normal(DIM).astype(np.float32))
+        for docs in (None, ["doc-a"]):
+            kept = [it for it in items if docs is None or it[0] in docs]
+            score = {(d, pg): float((c @ query).max() + visual.POOLED_WEIGHT * (pooled @ query))
+                     for d, pg, pooled, c in kept}
+            expected = sorted(score, key=lambda key: -score[key])[:3]
+            hits = index.search(query, k=3, doc_ids=docs)
+            assert [(h.doc_id, h.page) for h in hits] == expected
+            assert [h.score for h in hits] == pytest.approx([score[key] for key in expected], abs=1e-5)
+
+
+def test_a_page_second_in_both_lists_but_best_overall_is_found(index, monkeypatch):
+    """Six pages beat it on their best chunk and six others on their pooled vector, so it is in
+    neither first list (width 4); it has the best page score, and the search widens to it."""
+    monkeypatch.setattr(visual, "MIN_WIDTH", 4)
+    query = np.eye(DIM, dtype=np.float32)[0]
+    def along(cos: float, axis: int) -> np.ndarray:  # a unit vector at cosine `cos` to the query
+        return (cos * np.eye(DIM)[0] + np.sqrt(1 - cos ** 2) * np.eye(DIM)[axis]).astype(np.float32)
+    items = [("doc", p, along(-0.8, p), along(1.0, p)[None, :]) for p in range(1, 7)]  # chunk 1.0, pooled -0.8
+    items += [("doc", p, along(1.0, p), along(0.3, p)[None, :]) for p in range(7, 13)]  # chunk 0.3, pooled 1.0
+    items.append(("doc", 13, along(0.9, 13), along(0.9, 14)[None, :]))  # 0.9 and 0.9: 1.35 against 0.6 and 0.8
+    index.upsert_pages(items)
+    hit = index.search(query, k=1)[0]
+    assert (hit.page, hit.score) == (13, pytest.approx(0.9 + visual.POOLED_WEIGHT * 0.9, abs=1e-5))
+
+
+def test_vector_search_scores_one_term_alone(index):
+    chunks_of = fill(index)
+    query = near(chunks_of[("doc-a", 4)][0])
+    best = index.vector_search(query, "chunks", k=15)
+    pooled = {(h.doc_id, h.page): h.score for h in index.vector_search(query, "pooled", k=15, doc_ids=["doc-a", "doc-b"])}
+    assert [h.score for h in best] == pytest.approx(sorted((float((c @ query).max()) for c in chunks_of.values()), reverse=True), abs=1e-5)
+    assert {d for d, _ in pooled} == {"doc-a", "doc-b"} and len(pooled) == 10
+    for hit in index.search(query, k=15, doc_ids=["doc-a"]):
+        chunk_score = float((chunks_of[(hit.doc_id, hit.page)] @ query).max())
+        assert hit.score == pytest.approx(chunk_score + visual.POOLED_WEIGHT * pooled[(hit.doc_id, hit.page)], abs=1e-5)
+    with pytest.raises(ValueError, match="using must be 'chunks' or 'pooled'"):
+        index.vector_search(query, "pages")
+    assert index.vector_search(query, "pooled", doc_ids=[]) == []
+
+
 def test_doc_filter_restricts_results(index):
     chunks_of = fill(index)
     query = near(chunks_of[("doc-b", 3)][0])
@@ -142,7 +194,7 @@ def test_upsert_replaces_a_page_and_drops_zero_rows(index):
     assert index.count() == 1
     hit = index.search(target, k=1)[0]
     assert (hit.doc_id, hit.page) == ("doc-x", 1)
-    assert hit.score == pytest.approx(1.0, abs=1e-5)
+    assert hit.score == pytest.approx(1.0 + visual.POOLED_WEIGHT, abs=1e-5)  # both cosines are 1
 
 
 def test_blank_page_is_not_stored_and_replaces_an_old_version(index):
