@@ -84,6 +84,11 @@ def _hit(payload: dict[str, Any], score: float) -> VisualHit:
     return VisualHit(doc_id=payload["doc_id"], page=int(payload["page"]), score=float(score))
 
 
+def _page_score(best: float, pooled: float) -> float:
+    """The page score (module docstring) from the best chunk's cosine and the pooled vector's."""
+    return best + POOLED_WEIGHT * pooled
+
+
 def _by_id(hits: list[VisualHit]) -> dict[str, VisualHit]:
     return {page_point_id(h.doc_id, h.page): h for h in hits}
 
@@ -488,7 +493,7 @@ class VisualIndex:
             hits = self._complete(q, doc_ids, _by_id(best), _by_id(pooled))
             if len(best) < width or not best:  # every (filtered) page was returned: nothing is outside
                 return hits[:k]
-            bound = best[-1].score + POOLED_WEIGHT * pooled[-1].score  # the most any page outside can score
+            bound = _page_score(best[-1].score, pooled[-1].score)  # the most any page outside can score
             if len(hits) >= k and hits[k - 1].score >= bound:
                 return hits[:k]
             width *= 4
@@ -524,7 +529,7 @@ class VisualIndex:
             missing = [i for i in other if i not in have]
             if missing:
                 have.update(_by_id(self._open.nearest(q, using, len(missing), doc_ids, missing)))
-        hits = [VisualHit(h.doc_id, h.page, h.score + POOLED_WEIGHT * pooled[i].score)
+        hits = [VisualHit(h.doc_id, h.page, _page_score(h.score, pooled[i].score))
                 for i, h in best.items() if i in pooled]
         return sorted(hits, key=lambda h: (-h.score, h.doc_id, h.page))
 
