@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from agents.schemas import Plan
-from indexes.fusion import RRF_K, FusionMethod, fuse_with_diagnostics
+from indexes.fusion import RRF_K, FusionMethod
 from indexes.hybrid import Hit, HybridSearcher
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Se
         cands = searcher.candidates(sparse_query, doc_ids, k=k, dense_query=dense_query)
         if not cands.keys:
             continue
-        fused, diag = fuse_with_diagnostics(cands.sparse, cands.dense, method, cands.keys)
+        fused, diag = cands.fuse(method)
         hits = searcher.to_hits(cands, fused, max(k * 2, 10))
         runs.append(QueryRun(sparse_query, dense_query, hits[:k], diag.top_overlap, diag.query_disagreement,
                              diag.weight_sparse))

@@ -29,7 +29,6 @@ from docrefrag_core.selector import AllSelector
 from evals.answers import score
 from evals.datasets import Question
 from evals.jsonl import load_rows
-from indexes.fusion import fuse
 from indexes.hybrid import HybridSearcher
 from indexes.store import Store
 
@@ -46,7 +45,7 @@ def run_pipeline(name: str, q: Question, doc_id: str, store: Store, searcher: Hy
     """The pipeline's pages for the question (read inside `evaluate_baselines`)."""
     cands = searcher.candidates(q.question, [doc_id], k=20)
     method = name.split()[0] if name.split()[0] in ("sparse", "dense", "rrf") else "consistency"
-    order = [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, method, cands.keys), kind="stable")]
+    order = [cands.keys[i][1] for i in np.argsort(-cands.fuse(method)[0], kind="stable")]
     if name == "top-20 reranked to 5":
         tokens = store.stacked_tokens([(doc_id, p) for p in order[:20]])
         relevance = reader.relevance(q.question, torch.from_numpy(tokens))

@@ -6,12 +6,15 @@ branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetiti
 
 `dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
 for every page of that document, and the dense score's two terms (the best chunk's cosine and the pooled
-vector's, indexes/visual.py); `stress --pooled-weight W` rebuilds the dense score with weight W on the
+vector's, indexes/visual.py); then, per document, both branches' scores of every page for each of its
+pseudo-queries (indexes/health.py). `stress --pooled-weight W` rebuilds the dense score with weight W on the
 pooled term instead (0: the best chunk alone), `stress --docs TEXT` keeps the questions on documents whose name contains
 TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
 branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
-(U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, mean over seeds;
-"consistency, no pages" is the method without the candidates' page keys (no smoothness term). The last
+(U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, on the questions
+and on the pseudo-queries alike (the branch fails on the corpus), mean over seeds; "consistency, no pages" is
+the method without the candidates' page keys (no smoothness term) and without the branch health,
+"consistency, no health" with the page keys but without the health. The last
 rows: each method's worst mean margin to the best branch over the noise cases, and the standard error of
 that margin (paired per question, bootstrap over questions).
 """
@@ -26,9 +29,10 @@ import numpy as np
 
 from evals.metrics import bootstrap_se, recall_at
 from indexes.fusion import fuse, minmax
+from indexes.health import BranchHealth, health_of
 
 BRANCH_METHODS = ("sparse", "dense")
-METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency")
+METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency, no health", "consistency")
 
 
 def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
@@ -41,7 +45,7 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
     with Store(store_dir) as store:
         present, doc_ids, _ = prepare(benchmark, data, store, None, False)
         searcher = HybridSearcher(store, TextEmbedder.default(), n_candidates=1_000_000)  # every page of the document
-        n = 0
+        n, names = 0, set()
         with open(out, "w") as f:
             for q in present:
                 if not q.evidence_pages or not q.answerable or q.doc_name not in doc_ids:
@@ -57,7 +61,11 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
                                     "sparse": cands.sparse[order].tolist(), "dense": cands.dense[order].tolist(),
                                     **{f"dense_{using}": [terms[using].get(p, np.nan) for p in pages]
                                        for using in (CHUNKS, POOLED)}}) + "\n")
-                n += 1
+                n, names = n + 1, names | {q.doc_name}
+            for name in sorted(names):
+                pages, runs = searcher.pseudo_query_runs(doc_ids[name])
+                f.write(json.dumps({"pseudo_queries": name, "pages": pages,
+                                    "runs": [[src, sp.tolist(), de.tolist()] for src, sp, de in runs]}) + "\n")
     return n
 
 
@@ -73,26 +81,38 @@ def _candidates(pages: np.ndarray, sparse: np.ndarray, dense: np.ndarray, n: int
     return pages[keep], masked[0][keep], masked[1][keep]
 
 
-def _recall5(rows: list, params: dict, n: int) -> dict[str, np.ndarray]:
-    """Recall@5 of every method, one value per question."""
+def _recall5(rows: list, params: dict, n: int, health: dict[str, BranchHealth]) -> dict[str, np.ndarray]:
+    """Recall@5 of every method, one value per question; `health` by document name."""
     per_question: dict[str, list[float]] = {m: [] for m in METHODS}
-    for pages, evidence, sparse, dense in rows:
+    for doc, pages, evidence, sparse, dense in rows:
         pages, sparse, dense = _candidates(pages, sparse, dense, n)
         keys = [("doc", int(p)) for p in pages]
+        h = health.get(doc, BranchHealth.unmeasured())
+        by_page = np.tile([h.sparse, h.dense], (len(pages), 1))  # (n, 2)
         for method in METHODS:
             name = method.split(",")[0]
-            fused = fuse(sparse, dense, name, keys if method == "consistency" else None,
-                         **(params if name == "consistency" else {}))
+            fused = fuse(sparse, dense, name, keys if method != "consistency, no pages" else None,
+                         by_page if method == "consistency" else None, **(params if name == "consistency" else {}))
             ranked = [int(pages[i]) for i in np.argsort(-fused, kind="stable")]
             per_question[method].append(recall_at(ranked, set(evidence), 5))
     return {m: np.array(v) for m, v in per_question.items()}
 
 
+def _noisy(x: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """A branch that fails: uniform (U[0, 1]) or Gaussian (sd 0.29) noise plus 0.2 x its min-max scores."""
+    noise = rng.uniform(0.0, 1.0, len(x)) if kind == "U" else rng.normal(0.0, 0.29, len(x))
+    return noise + 0.2 * minmax(np.where(np.isfinite(x), x, np.nanmin(x)))
+
+
 def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None,
            pooled_weight: float | None = None) -> str:
-    base = []
+    base, pseudo = [], {}
     for line in open(path):
         r = json.loads(line)
+        if "pseudo_queries" in r:
+            pseudo[r["pseudo_queries"]] = (r["pages"], [(src, np.array(sp, dtype=float), np.array(de, dtype=float))
+                                                       for src, sp, de in r["runs"]])
+            continue
         if docs is not None and docs not in r["doc"]:
             continue
         if pooled_weight is None:
@@ -101,22 +121,31 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
             raise SystemExit(f"{path} has no dense_chunks / dense_pooled terms (an older dump): dump it again")
         else:
             dense = np.array(r["dense_chunks"], dtype=float) + pooled_weight * np.array(r["dense_pooled"], dtype=float)
-        base.append((np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), dense))
+        base.append((r["doc"], np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), dense))
     if not base:
         raise SystemExit(f"{path}: no question on a document whose name contains {docs!r}")
-    results = {"dev": _recall5(base, params, n)}
+    if not pseudo:
+        print(f"note: {path} has no pseudo-query runs (an older dump): no branch health, dump it again")
+    results = {"dev": _recall5(base, params, n, {doc: health_of(*runs) for doc, runs in pseudo.items()})}
     for branch in BRANCH_METHODS:
+        b = BRANCH_METHODS.index(branch)
         for kind in ("U", "G"):
             runs = []
             for seed in range(seeds):
                 rng = np.random.default_rng(seed)
                 rows = []
-                for pages, evidence, sparse, dense in base:
-                    x = sparse if branch == "sparse" else dense
-                    noise = rng.uniform(0.0, 1.0, len(x)) if kind == "U" else rng.normal(0.0, 0.29, len(x))
-                    y = noise + 0.2 * minmax(x)
-                    rows.append((pages, evidence, y, dense) if branch == "sparse" else (pages, evidence, sparse, y))
-                runs.append(_recall5(rows, params, n))
+                for doc, pages, evidence, *scores in base:
+                    scores[b] = _noisy(scores[b], kind, rng)
+                    rows.append((doc, pages, evidence, *scores))
+                rng = np.random.default_rng([seed, 1])  # the branch fails on the pseudo-queries too
+                health = {}
+                for doc, (pages, pq) in pseudo.items():
+                    noisy_runs = []
+                    for source, *scores in pq:
+                        scores[b] = _noisy(scores[b], kind, rng)
+                        noisy_runs.append((source, *scores))
+                    health[doc] = health_of(pages, noisy_runs)
+                runs.append(_recall5(rows, params, n, health))
             results[f"{branch} {kind}"] = {m: np.mean([r[m] for r in runs], axis=0) for m in METHODS}  # (questions,)
     lines = ["| case | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
     for case, r in results.items():

@@ -32,7 +32,6 @@ from agents.schemas import Plan
 from evals.datasets import Question
 from evals.jsonl import load_rows
 from evals.metrics import KS, mean_metrics, retrieval_metrics
-from indexes.fusion import fuse
 from indexes.hybrid import Candidates, Hit, HybridSearcher
 from indexes.store import Store
 
@@ -122,7 +121,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             row = {"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages)}
             if planner is None:
                 cands = searcher.candidates(q.question, scope, k=max(KS))
-                ranking = {m: [cands.keys[i][1] for i in np.argsort(-fuse(cands.sparse, cands.dense, m, cands.keys), kind="stable")]
+                ranking = {m: [cands.keys[i][1] for i in np.argsort(-cands.fuse(m)[0], kind="stable")]
                            for m in fused_methods}
             else:
                 plan = planner(q.question)

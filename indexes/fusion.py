@@ -42,6 +42,13 @@ S_b percentiles 5/25/50/75/95 on MMLongBench-Doc BM25 -0.22/-0.01/0.19/0.38/0.59
 -0.21/0.02/0.20/0.35/0.60, a noise branch -0.42/-0.21/-0.06/0.07/0.25 (P median 26). It does not
 separate every query, but it breaks the symmetry that R and Q leave between a noisy and a real branch.
 
+Branch health, the fourth signal: per document, how well each branch finds a page from its own words
+(pseudo-queries with a known page, indexes/health.py; h_b in about [0, 1], 0 = chance). Where one
+branch's h is below health_ratio (0.5) times the other's, the document's candidates take the other
+branch alone (a = 0 or 1 on them); NaN (short documents, no text) changes nothing. It never acts on
+the dev stores (their weaker branch keeps at least 0.55 of the stronger one's health) and catches a
+branch replaced by noise on every document: evals/RESULTS.md, "Branch health from pseudo-queries".
+
 D: with c_b = clip(n_b, 0, 1), D(i) = (1 - a) * (c_s - c_d)+ + a * (c_d - c_s)+ in [0, 1]: the
 support of page i from one branch only, weighted by the weight of the branch that does not back it
 (0 where the branches agree). lambda = 0 by measurement: the penalty never helped (table below);
@@ -148,6 +155,9 @@ class FusionConfig:
     eta: float = field(default=0.75, metadata={
         "help": "weight of the branches' smoothness along the document (how much more a branch's scores of "
                 "consecutive pages agree than the other's) in the weight a (0: none; needs the pages' keys)"})
+    health_ratio: float = field(default=0.5, metadata={
+        "help": "switch a branch off on a document where its health (indexes/health.py) is below this share of "
+                "the other branch's (0: never)"})
     lambda_: float = field(default=0.0, metadata={
         "help": "penalty on a page's disagreement D(i) in [0, 1] (0: no penalty)"})
 
@@ -166,6 +176,9 @@ class FusionConfig:
         if not (np.isfinite(self.eta) and self.eta >= 0.0):
             raise ValueError(f"eta must be a finite number >= 0, got {self.eta}; "
                              "pass 0 to ignore how smoothly each branch scores consecutive pages")
+        if not 0.0 <= self.health_ratio <= 1.0:
+            raise ValueError(f"health_ratio must be in [0, 1], got {self.health_ratio}; pass 0 to never switch a "
+                             "branch off by its health")
         if not 0.0 <= self.lambda_ <= 1.0:
             raise ValueError(f"lambda_ must be in [0, 1], got {self.lambda_}; D(i) is in [0, 1], so a larger "
                              "penalty would outweigh both branches: pass 0 to switch the penalty off")
@@ -184,6 +197,8 @@ class Diagnostics:
     smoothness_dense: float  # S_d: the same for the dense branch
     page_pairs: int  # pairs of consecutive candidate pages behind S_s and S_d (0: no pages given)
     top_overlap: float  # share of the two top-5 lists in common (0: disjoint)
+    sparse_off: int = 0  # candidates whose document switched BM25 off (its health: indexes/health.py)
+    dense_off: int = 0  # candidates whose document switched the dense branch off
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -203,18 +218,21 @@ def ranks(scores: np.ndarray) -> np.ndarray:
 
 
 def fuse(sparse: np.ndarray, dense: np.ndarray, method: FusionMethod = DEFAULT_METHOD,
-         pages: Sequence[tuple[str, int]] | None = None, **params: float) -> np.ndarray:
+         pages: Sequence[tuple[str, int]] | None = None, health: np.ndarray | None = None,
+         **params: float) -> np.ndarray:
     """Fused score of each candidate from its two branch scores (NaN: absent from that branch).
 
     `pages` are the candidates' (doc_id, page) keys, aligned with the scores: with them the consistency
-    method also weighs how smoothly each branch scores consecutive pages. `params` are FusionConfig
-    fields (a0, gamma, kappa, eta, lambda_) for the consistency method.
+    method also weighs how smoothly each branch scores consecutive pages. `health` (n, 2) is the sparse
+    and dense branch's health on each candidate's document (indexes/health.py; NaN: unknown): the
+    consistency method switches a branch off where it is far below the other's. `params` are
+    FusionConfig fields (a0, gamma, kappa, eta, health_ratio, lambda_) for the consistency method.
     """
-    return fuse_with_diagnostics(sparse, dense, method, pages, **params)[0]
+    return fuse_with_diagnostics(sparse, dense, method, pages, health, **params)[0]
 
 
 def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionMethod = DEFAULT_METHOD,
-                          pages: Sequence[tuple[str, int]] | None = None,
+                          pages: Sequence[tuple[str, int]] | None = None, health: np.ndarray | None = None,
                           **params: float) -> tuple[np.ndarray, Diagnostics]:
     """Fused scores and the branches' agreement; apart from weight_sparse (the method's own share of the
     sparse branch) the diagnostics are the consistency method's, whichever method ranks."""
@@ -229,6 +247,9 @@ def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionM
     if pages is not None and len(set(pages)) != len(pages):
         raise ValueError(f"pages must name each candidate once: {len(pages) - len(set(pages))} duplicate "
                          "(doc_id, page) keys; merge a page's scores into one candidate first")
+    if health is not None and np.shape(health) != (len(sparse), 2):
+        raise ValueError(f"health must give (sparse, dense) per candidate, shape ({len(sparse)}, 2); got "
+                         f"{np.shape(health)}")
     n_s, rel_s = _branch(sparse)
     n_d, rel_d = _branch(dense)
     s = np.where(np.isfinite(sparse), sparse, -np.inf)
@@ -238,10 +259,12 @@ def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionM
     pairs = _consecutive(pages) if pages is not None else np.zeros((0, 2), dtype=np.int64)
     smooth_s, smooth_d = _smoothness(s, pairs), _smoothness(d, pairs)
     a = _weight(rel_s, rel_d, cfg.a0, exponent, cfg.eta * (smooth_s - smooth_d) * np.sqrt(len(pairs)))
+    sparse_off, dense_off = _switched_off(health, cfg.health_ratio, len(sparse))
+    a_page = np.where(sparse_off, 0.0, np.where(dense_off, 1.0, a))  # (n,) the weight on each candidate's document
     c_s, c_d = np.clip(n_s, 0.0, 1.0), np.clip(n_d, 0.0, 1.0)
-    disagreement = (1.0 - a) * np.maximum(c_s - c_d, 0.0) + a * np.maximum(c_d - c_s, 0.0)  # (n,)
+    disagreement = (1.0 - a_page) * np.maximum(c_s - c_d, 0.0) + a_page * np.maximum(c_d - c_s, 0.0)  # (n,)
     if cfg.method == "consistency":
-        fused = a * n_s + (1.0 - a) * n_d - cfg.lambda_ * disagreement
+        fused = a_page * n_s + (1.0 - a_page) * n_d - cfg.lambda_ * disagreement
     elif cfg.method == "sparse":
         fused, a = s, 1.0
     elif cfg.method == "dense":
@@ -252,7 +275,7 @@ def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionM
     else:  # sum
         fused, a = _norm(s) + _norm(d), 0.5
     return fused, Diagnostics(float(a), rel_s, rel_d, disagreement, query_disagreement, smooth_s, smooth_d,
-                              len(pairs), _top_overlap(s, d))
+                              len(pairs), _top_overlap(s, d), int(sparse_off.sum()), int(dense_off.sum()))
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
@@ -287,6 +310,15 @@ def _weight(rel_s: float, rel_d: float, a0: float, exponent: float, smoothness: 
         return a0 if rel_s == rel_d else float(rel_s > 0.0)
     logit = np.log(a0 / (1.0 - a0)) + exponent * np.log(rel_s / rel_d) + smoothness
     return float(0.5 * (1.0 + np.tanh(logit / 2.0)))  # the logistic function, without overflow
+
+
+def _switched_off(health: np.ndarray | None, ratio: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) masks of the candidates whose document switches the sparse / the dense branch off: its health
+    below `ratio` times the other's, which must show some skill (> 0); NaN (unknown) switches nothing."""
+    if health is None or ratio == 0.0:
+        return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    h_s, h_d = np.asarray(health, dtype=float).T  # (n,), (n,)
+    return (h_d > 0.0) & (h_s < ratio * h_d), (h_s > 0.0) & (h_d < ratio * h_s)
 
 
 def _top_overlap(s: np.ndarray, d: np.ndarray) -> float:

@@ -1,5 +1,6 @@
 """Hybrid page search over a store: BM25 over page text + the visual index's page score (best
-region + pooled page vector), fused."""
+region + pooled page vector), fused; each branch weighed also by its health on the page's document
+(indexes/health.py), measured on the first search of a document and kept in the store."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from indexes.bm25 import ScopeScores
-from indexes.fusion import DEFAULT_METHOD, FusionMethod, fuse
+from indexes.fusion import DEFAULT_METHOD, Diagnostics, FusionMethod, fuse_with_diagnostics
+from indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries
 from indexes.store import Store
 
 if TYPE_CHECKING:
@@ -40,6 +42,11 @@ class Candidates:
     sparse: np.ndarray  # (n,) BM25 score, NaN where the page is not among the sparse candidates
     dense: np.ndarray  # (n,) visual page score, NaN where the page is not among the dense candidates
     bm25: ScopeScores | None  # the BM25 statistics of the query (for each hit's best chunk)
+    health: np.ndarray | None = None  # (n, 2) the branches' health on each candidate's document (indexes/health.py)
+
+    def fuse(self, method: FusionMethod = DEFAULT_METHOD, **params: float) -> tuple[np.ndarray, Diagnostics]:
+        """The candidates' fused scores and the branches' agreement (indexes/fusion.py)."""
+        return fuse_with_diagnostics(self.sparse, self.dense, method, self.keys, health=self.health, **params)
 
 
 class HybridSearcher:
@@ -50,7 +57,8 @@ class HybridSearcher:
 
     def candidates(self, query: str, doc_ids: Sequence[str] | None = None, k: int = 0,
                    dense_query: str | None = None) -> Candidates:
-        """Union of each branch's top `max(n_candidates, k)` pages with both branch scores.
+        """Union of each branch's top `max(n_candidates, k)` pages with both branch scores and the
+        branches' health on each page's document (measured now for documents that lack it).
 
         `query` feeds BM25; the dense branch embeds `dense_query` if given (e.g. the question plus a
         hypothetical answer passage), else `query`.
@@ -60,32 +68,65 @@ class HybridSearcher:
         ready = set(self.store.ready_ids())
         scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
         if not scope:
-            return Candidates(scope, [], np.zeros(0), np.zeros(0), None)
-        n = max(self.n_candidates, k)
+            return Candidates(scope, [], np.zeros(0), np.zeros(0), None, np.zeros((0, 2)))
+        query_vec = self.embedder.embed_queries([dense_query or query])[0]
+        keys, sparse, dense, scored = self._branches(query, query_vec, scope, max(self.n_candidates, k))
+        health = self.health(sorted({doc for doc, _ in keys}))
+        by_page = np.array([[health[doc].sparse, health[doc].dense] for doc, _ in keys]).reshape(-1, 2)
+        return Candidates(scope, keys, sparse, dense, scored, by_page)
+
+    def _branches(self, query: str, query_vec: np.ndarray, scope: Sequence[str], n: int):
+        """Each branch's top n pages of `scope`: their keys, BM25 and visual scores (NaN: not proposed)."""
         visual = self.store.visual  # opened first: if another process holds the index, fail before any work
         bm25 = self.store.bm25()
         scored = bm25.page_scores(query, scope)
         top = np.argsort(-scored.scores, kind="stable")[:n]
         sparse_by_key = {bm25.page_keys[scored.scope[i]]: float(scored.scores[i]) for i in top}
-        query_vec = self.embedder.embed_queries([dense_query or query])[0]
         dense_by_key = {(h.doc_id, h.page): h.score for h in visual.search(query_vec, k=n, doc_ids=scope)}
         keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
         sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
         dense = np.array([dense_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
-        return Candidates(scope, keys, sparse, dense, scored)
+        return keys, sparse, dense, scored
+
+    def health(self, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
+        """Each document's branch health, from the store's record or measured now (and recorded)."""
+        known = self.store.branch_health(doc_ids)
+        missing = [d for d in doc_ids if d not in known]
+        if missing:
+            logger.info("measuring the retrieval branches' health on %d document(s) (once per document)", len(missing))
+        for doc_id in missing:
+            known[doc_id] = self.measure_health(doc_id)
+            self.store.record_branch_health(doc_id, known[doc_id])
+        return known
+
+    def pseudo_query_runs(self, doc_id: str) -> tuple[list[int], list[tuple[int, np.ndarray, np.ndarray]]]:
+        """The document's pages and, per pseudo-query, (source page, BM25 scores, visual scores) of every page."""
+        pages = self.store.page_numbers(doc_id)
+        queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []
+        vectors = self.embedder.embed_queries([q for _, q in queries]) if queries else []
+        runs = []
+        for (source, query), vec in zip(queries, vectors):
+            keys, sparse, dense, _ = self._branches(query, vec, [doc_id], len(pages))
+            where = {page: i for i, (_, page) in enumerate(keys)}
+            runs.append((source, *(np.array([x[where[p]] if p in where else np.nan for p in pages])
+                                   for x in (sparse, dense))))
+        return pages, runs
+
+    def measure_health(self, doc_id: str) -> BranchHealth:
+        return health_of(*self.pseudo_query_runs(doc_id))
 
     def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         cands = self.candidates(query, doc_ids, k)
-        return self.to_hits(cands, fuse(cands.sparse, cands.dense, method, cands.keys), k)
+        return self.to_hits(cands, cands.fuse(method)[0], k)
 
     def ranked_pages(self, query: str, k: int, method: FusionMethod = DEFAULT_METHOD) -> list[tuple[str, int]]:
         """(doc_id, page) of the pages most similar to `query` in the whole store (at least k when it has
         them), best first: the hard negatives of docrefrag_core.longrag's noisy sequences."""
         cands = self.candidates(query, None, k)
-        order = np.argsort(-fuse(cands.sparse, cands.dense, method, cands.keys), kind="stable")
+        order = np.argsort(-cands.fuse(method)[0], kind="stable")
         return [cands.keys[i] for i in order]
 
     def to_hits(self, cands: Candidates, fused: np.ndarray, k: int) -> list[Hit]:

@@ -1,6 +1,7 @@
 """The store directory: a SQLite catalog, page renders, the BM25 index and the visual index.
 
-    STORE/catalog.sqlite   documents, pages (words, blocks, markdown), page tokens, BM25 chunks
+    STORE/catalog.sqlite   documents, pages (words, blocks, markdown), page tokens, BM25 chunks,
+                           each document's branch health (indexes/health.py)
     STORE/renders/DOC/N.jpg   144 dpi page renders
     STORE/bm25.npz         BM25 term counts of the ready documents (rebuilt when they change)
     STORE/visual/          embedded Qdrant (qdrant-edge) shard, unless a server URL is given
@@ -22,6 +23,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -29,6 +31,8 @@ from docrefrag_core.page import Block, Word
 from docrefrag_core.page_encoder import PageTokens
 from indexes.bm25 import BM25Index
 from indexes.errors import StoreError
+from indexes.health import VERSION as HEALTH_VERSION
+from indexes.health import BranchHealth
 from indexes.pages import ParsedPage
 
 logger = logging.getLogger(__name__)
@@ -54,6 +58,9 @@ CREATE TABLE IF NOT EXISTS chunks (
     x0 REAL NOT NULL, y0 REAL NOT NULL, x1 REAL NOT NULL, y1 REAL NOT NULL, PRIMARY KEY (doc_id, page, chunk)
 );
 CREATE TABLE IF NOT EXISTS tombstones (doc_id TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS branch_health (
+    doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL, sparse REAL, dense REAL, queries INTEGER NOT NULL
+);
 """
 
 
@@ -302,6 +309,24 @@ class Store:
                                (doc_id, page)).fetchall()
         return [ChunkRecord(doc_id, page, r[0], r[1], tuple(r[2:])) for r in rows]
 
+    def text_chunks(self, doc_id: str) -> list[tuple[int, str]]:
+        """(page, text) of every BM25 chunk of the document, in page order."""
+        return self.db.execute("SELECT page, text FROM chunks WHERE doc_id = ? ORDER BY page, chunk", (doc_id,)).fetchall()
+
+    def page_numbers(self, doc_id: str) -> list[int]:
+        return [r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? ORDER BY page", (doc_id,))]
+
+    def branch_health(self, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
+        """The recorded branch health of those of `doc_ids` measured with the current recipe."""
+        rows = self.db.execute(f"SELECT doc_id, sparse, dense, queries FROM branch_health WHERE version = ? AND "
+                               f"doc_id IN ({', '.join('?' * len(doc_ids))})", (HEALTH_VERSION, *doc_ids)).fetchall()
+        return {d: BranchHealth(_nan(s), _nan(x), q) for d, s, x, q in rows}
+
+    def record_branch_health(self, doc_id: str, health: BranchHealth) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO branch_health VALUES (?, ?, ?, ?, ?)",
+                            (doc_id, HEALTH_VERSION, health.sparse, health.dense, health.queries))
+
     def render_path(self, doc_id: str, page: int) -> Path:
         return self.root / "renders" / doc_id / f"{page}.jpg"
 
@@ -418,8 +443,12 @@ class Store:
                 self.db.execute("DELETE FROM tombstones WHERE doc_id = ?", (doc_id,))
 
     def _delete_rows(self, doc_id: str) -> None:
-        for table in ("chunks", "tokens", "pages", "documents"):
+        for table in ("chunks", "tokens", "pages", "branch_health", "documents"):
             self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
 
     def _bump_generation(self) -> None:
         self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else float(x)

@@ -127,7 +127,7 @@ def _check_consistent(store: Store) -> None:
     """
     db = store.db
     docs = {d.doc_id: d for d in store.documents()}
-    for table in TABLES[1:]:
+    for table in (*TABLES[1:], "branch_health"):
         orphans = db.execute(f"SELECT DISTINCT doc_id FROM {table} WHERE doc_id NOT IN "
                              "(SELECT doc_id FROM documents)").fetchall()
         assert not orphans, f"{table} has rows of unknown documents {orphans}"

@@ -1,0 +1,91 @@
+"""Branch health: can each retrieval branch find a page of a document from that page's own words?
+
+Per-query signals (indexes/fusion.py) cannot always tell a branch that fails on a corpus from one
+that works: a noisy branch disagrees with the good one exactly as much as the reverse, and its
+scores can stand out of their bulk as much as real ones. Queries whose answer page is known can.
+Per document, QUERIES pseudo-queries are drawn (deterministically from the doc id): each a window
+of WORDS consecutive words of a text chunk of a random page (pages with fewer words are skipped).
+Each branch ranks all pages of the document for each; its health is the chance-corrected mean
+reciprocal rank of the source page,
+
+    h_b = (MRR_b - c) / (1 - c),   c = H_n / n  (the MRR of a random order of the n pages),
+
+1 when the branch always ranks the source page first, about 0 when it finds it by chance. The
+fusion switches a branch off for a document's pages when its health is below HEALTH_RATIO times
+the other branch's (`FusionConfig.health_ratio`). Documents of at most MIN_PAGES pages (any
+ranking puts every page in the top 5) and documents with no pseudo-query get NaN: no gating.
+
+Measured 2026-12-02 (evals/RESULTS.md, "Branch health from pseudo-queries"): on the dev stores the
+weaker branch's health is at least 0.55 of the stronger one's on every document (the stronger is BM25:
+verbatim words favour it), and a branch replaced by noise stays below 0.45 (MMLongBench-Doc) / 0.53
+(LongDocURL) of the other. The pseudo-queries are verbatim, so h_b says whether a branch works on a
+document at all, not which branch answers paraphrased questions better: only a large gap acts.
+
+The health is computed once per document and kept in the store's catalog (`Store.branch_health`);
+VERSION names this recipe, so a change of it recomputes the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+QUERIES = 32  # pseudo-queries per document
+WORDS = 12  # words per pseudo-query
+MIN_PAGES = 5  # the fusion's top 5 holds every page of a document this short: nothing to judge
+VERSION = 1  # the recipe above; records of another version are recomputed
+_WORD = re.compile(r"\w[\w.,%$-]*")
+
+
+@dataclass(frozen=True)
+class BranchHealth:
+    """Chance-corrected MRR of each branch on one document's pseudo-queries (NaN: not measured)."""
+
+    sparse: float
+    dense: float
+    queries: int
+
+    @classmethod
+    def unmeasured(cls) -> "BranchHealth":
+        return cls(float("nan"), float("nan"), 0)
+
+
+def pseudo_queries(doc_id: str, chunks: Iterable[tuple[int, str]], n: int = QUERIES,
+                   words: int = WORDS) -> list[tuple[int, str]]:
+    """Up to n (page, query) pairs: a window of `words` words of a chunk with at least that many,
+    chosen by a generator seeded from the doc id (the same document always gets the same queries)."""
+    pool = [(page, found) for page, text in chunks if len(found := _WORD.findall(text)) >= words]
+    if not pool:
+        return []
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "little"))
+    out = []
+    for i in rng.choice(len(pool), size=min(n, len(pool)), replace=False):
+        page, found = pool[i]
+        start = int(rng.integers(0, len(found) - words + 1))
+        out.append((page, " ".join(found[start:start + words])))
+    return out
+
+
+def health_of(pages: Sequence[int], runs: Iterable[tuple[int, np.ndarray, np.ndarray]]) -> BranchHealth:
+    """The health of both branches on a document of `pages` from its pseudo-query runs: (source page,
+    sparse scores, dense scores), the scores aligned with `pages` (NaN: the branch did not score the page)."""
+    pages = np.asarray(pages)
+    n = len(pages)
+    if n <= MIN_PAGES:
+        return BranchHealth.unmeasured()
+    chance = float(np.sum(1.0 / np.arange(1, n + 1))) / n
+    rr: list[list[float]] = [[], []]
+    for source, *scores in runs:
+        for b, x in enumerate(scores):
+            x = np.where(np.isfinite(x), x, -np.inf)
+            own = x[pages == source][0]
+            rank = 1.0 + np.sum(x > own) + (np.sum(x == own) - 1) / 2.0  # a tie counts half
+            rr[b].append(1.0 / rank)
+    if not rr[0]:
+        return BranchHealth.unmeasured()
+    sparse, dense = ((float(np.mean(r)) - chance) / (1.0 - chance) for r in rr)
+    return BranchHealth(sparse, dense, len(rr[0]))

@@ -1,0 +1,136 @@
+"""Branch health (indexes/health.py): pseudo-queries from a document's own words, the chance-corrected
+MRR of each branch on them, the fusion switching a failing branch off, and the store's record of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from indexes.fusion import fuse, fuse_with_diagnostics
+from indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries
+from indexes.hybrid import HybridSearcher
+from indexes.store import Store
+
+CHUNKS = [(1, "too short"), (2, " ".join(f"alpha{i}" for i in range(20))), (3, " ".join(f"beta{i}" for i in range(12))),
+          (4, " ".join(f"gamma{i}" for i in range(30)))]
+
+
+def test_pseudo_queries_are_windows_of_a_chunk_and_the_same_for_the_same_document() -> None:
+    queries = pseudo_queries("doc-a", CHUNKS, n=3, words=12)
+    assert queries == pseudo_queries("doc-a", CHUNKS, n=3, words=12)
+    assert sorted(page for page, _ in queries) == [2, 3, 4]  # page 1 has fewer than 12 words
+    for page, query in queries:
+        text = dict(CHUNKS)[page]
+        assert len(query.split()) == 12 and query in text
+    assert len(pseudo_queries("doc-a", CHUNKS, n=10, words=12)) == 3  # one per chunk with enough words
+    windows = {tuple(q for _, q in pseudo_queries(f"doc-{i}", CHUNKS[3:], n=1, words=12)) for i in range(10)}
+    assert len(windows) > 1  # another document, another draw
+    assert pseudo_queries("doc-a", [(1, "few words")], n=3) == []
+
+
+def _runs(n_pages: int, rank_source, queries: int = 32, seed: int = 0):
+    """Pseudo-query runs over pages 1..n where `rank_source(rng, source, scores)` sets one branch's scores."""
+    rng = np.random.default_rng(seed)
+    pages = list(range(1, n_pages + 1))
+    out = []
+    for _ in range(queries):
+        source = int(rng.integers(1, n_pages + 1))
+        found = rng.uniform(0.0, 1.0, n_pages)
+        found[source - 1] = 2.0  # the sparse branch always ranks the source page first
+        out.append((source, found, rank_source(rng, source, n_pages)))
+    return pages, out
+
+
+def test_health_is_one_for_a_branch_that_finds_the_page_and_about_zero_for_noise() -> None:
+    pages, runs = _runs(40, lambda rng, source, n: rng.uniform(0.0, 1.0, n))
+    h = health_of(pages, runs)
+    assert h.sparse == pytest.approx(1.0) and abs(h.dense) < 0.1 and h.queries == 32
+    _, flat = _runs(40, lambda rng, source, n: np.zeros(n))
+    assert health_of(pages, flat).dense <= 0.0  # a constant branch: every page tied, no better than chance
+    second = lambda rng, source, n: np.where(np.arange(1, n + 1) == source, 0.9, rng.uniform(0.0, 0.95, n))  # noqa: E731
+    assert 0.2 < health_of(*_runs(40, second)).dense < 1.0  # often near the top, not always first
+    missing = [(s, sp, np.full(40, np.nan)) for s, sp, _ in runs]  # no vector for any page
+    assert health_of(pages, missing).dense <= 0.0
+
+
+def test_short_documents_and_documents_without_queries_are_not_judged() -> None:
+    pages, runs = _runs(MIN_PAGES, lambda rng, source, n: rng.uniform(0.0, 1.0, n))
+    assert np.isnan(health_of(pages, runs).sparse) and np.isnan(health_of(pages, runs).dense)
+    empty = health_of(list(range(1, 30)), [])
+    assert np.isnan(empty.sparse) and empty.queries == 0
+
+
+def test_fusion_switches_off_a_branch_far_below_the_other_on_its_document() -> None:
+    rng = np.random.default_rng(3)
+    sparse = rng.uniform(0.0, 1.0, 20)
+    sparse[4] = 1.2
+    dense = rng.normal(0.0, 1.0, 20)
+    dense[11] = 8.0  # the dense branch stands out more: without health the fusion follows it
+    assert np.argmax(fuse(sparse, dense)) == 11
+    off = np.tile([0.9, 0.3], (20, 1))  # dense health 0.3 < 0.5 x 0.9
+    fused, diag = fuse_with_diagnostics(sparse, dense, health=off)
+    assert np.argsort(-fused, kind="stable").tolist() == np.argsort(-sparse, kind="stable").tolist()
+    assert (diag.sparse_off, diag.dense_off) == (0, 20)
+    fused, diag = fuse_with_diagnostics(sparse, dense, health=np.tile([0.3, 0.9], (20, 1)))
+    assert np.argsort(-fused, kind="stable").tolist() == np.argsort(-dense, kind="stable").tolist()
+    assert (diag.sparse_off, diag.dense_off) == (20, 0)
+    for kept in (np.tile([0.9, 0.6], (20, 1)), np.full((20, 2), np.nan), np.tile([-0.1, 0.0], (20, 1))):
+        assert np.array_equal(fuse(sparse, dense, health=kept), fuse(sparse, dense))  # close, unknown, both chance
+    assert np.array_equal(fuse(sparse, dense, health=off, health_ratio=0.0), fuse(sparse, dense))
+    assert np.array_equal(fuse(sparse, dense, "sum", health=off), fuse(sparse, dense, "sum"))  # consistency only
+
+
+def test_health_acts_per_document_among_the_candidates() -> None:
+    sparse = np.array([5.0, 0.1, 0.2, 0.3, 0.1, 0.2])
+    dense = np.array([0.1, 0.2, 0.1, 6.0, 0.3, 0.2])
+    health = np.array([[0.9, 0.2]] * 3 + [[np.nan, np.nan]] * 3)  # dense fails on document a only
+    fused = fuse(sparse, dense, health=health)
+    plain = fuse(sparse, dense)
+    assert np.allclose(fused[3:], plain[3:]) and not np.allclose(fused[:3], plain[:3])
+    with pytest.raises(ValueError, match=r"health must give \(sparse, dense\) per candidate, shape \(6, 2\)"):
+        fuse(sparse, dense, health=np.zeros((6, 3)))
+
+
+def test_health_ratio_is_validated() -> None:
+    with pytest.raises(ValueError, match="health_ratio must be in"):
+        fuse(np.ones(3), np.ones(3), health_ratio=1.5)
+
+
+def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tmp_path, store, ingest, embedder,
+                                                                               light_pdf, check_consistent, monkeypatch):
+    (short,) = ingest(store, light_pdf(tmp_path / "short.pdf", pages=MIN_PAGES, tag="short"))
+    (long,) = ingest(store, light_pdf(tmp_path / "survey.pdf", pages=12))
+    searcher = HybridSearcher(store, embedder)
+    hits = searcher.search("badger count near station s010", k=3)
+    assert hits[0].page == 10 and hits[0].doc_id == long.doc_id
+    record = store.branch_health([long.doc_id, short.doc_id])
+    assert set(record) == {long.doc_id, short.doc_id}
+    assert record[long.doc_id].queries == 12  # one chunk per page, each with at least 12 words
+    assert record[long.doc_id].sparse > 0.5 and record[long.doc_id].dense > 0.5  # both branches work here
+    assert np.isnan(record[short.doc_id].sparse) and record[short.doc_id].queries == 0
+    check_consistent(store)
+
+    root = store.root
+    store.close()
+    with Store(root) as reopened:
+        again = HybridSearcher(reopened, embedder)
+        monkeypatch.setattr(again, "measure_health", lambda doc_id: pytest.fail("measured twice"))
+        assert again.health([long.doc_id])[long.doc_id] == record[long.doc_id]
+        assert again.search("badger count near station s010", k=1)[0].page == 10
+
+
+def test_a_replaced_document_loses_its_record(tmp_path, store, ingest, embedder, light_pdf):
+    pdf = light_pdf(tmp_path / "survey.pdf", pages=8)
+    (old,) = ingest(store, pdf)
+    HybridSearcher(store, embedder).search("station s002", k=1)
+    assert old.doc_id in store.branch_health([old.doc_id])
+    light_pdf(pdf, pages=8, tag="census")  # same path, new content
+    (new,) = ingest(store, pdf)
+    assert new.status == "replaced" and store.branch_health([old.doc_id, new.doc_id]) == {}
+
+
+def test_a_record_of_another_recipe_is_measured_again(store, monkeypatch) -> None:
+    store.record_branch_health("doc", BranchHealth(0.8, 0.7, 32))
+    assert store.branch_health(["doc"]) == {"doc": BranchHealth(0.8, 0.7, 32)}
+    monkeypatch.setattr("indexes.store.HEALTH_VERSION", 999)
+    assert store.branch_health(["doc"]) == {}
