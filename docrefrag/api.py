@@ -94,14 +94,19 @@ class DocRefrag:
     def ingest(self, paths: Path | str | Iterable[Path | str], workers: int | None = None,
                show_progress: bool = False) -> list[IngestResult]:
         """Ingest PDF files, folders of PDFs and folders of page images (one path or several); see
-        `indexes.ingest`."""
+        `indexes.ingest`. The retrieval branches' health on each new document is measured at the end."""
         check_workers(workers)
         sources, failed = discover([paths] if isinstance(paths, (str, Path)) else paths)
         if not sources:  # nothing to ingest (wrong paths, unsupported files): no store is created or touched
             return failed
         store = self.open_store(create=True)
         with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
-            return ingestor.ingest_sources(sources, failed)
+            results = ingestor.ingest_sources(sources, failed)
+        ready = set(store.ready_ids())
+        new = sorted({r.doc_id for r in results if r.doc_id in ready})
+        if new:  # measured once per document (indexes/health.py), so that the first search does not wait for it
+            HybridSearcher(store, self.embedder).health(new)
+        return results
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:

@@ -6,7 +6,7 @@ branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetiti
 
 `dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
 for every page of that document, and the dense score's two terms (the best chunk's cosine and the pooled
-vector's, indexes/visual.py); then, per document, both branches' scores of every page for each of its
+vector's, indexes/visual.py); and, per document, both branches' scores of every page for each of its
 pseudo-queries (indexes/health.py). `stress --pooled-weight W` rebuilds the dense score with weight W on the
 pooled term instead (0: the best chunk alone), `stress --docs TEXT` keeps the questions on documents whose name contains
 TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,18 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
     with Store(store_dir) as store:
         present, doc_ids, _ = prepare(benchmark, data, store, None, False)
         searcher = HybridSearcher(store, TextEmbedder.default(), n_candidates=1_000_000)  # every page of the document
-        n, names = 0, set()
+        asked = [q for q in present if q.evidence_pages and q.answerable and q.doc_name in doc_ids]
         with open(out, "w") as f:
-            for q in present:
-                if not q.evidence_pages or not q.answerable or q.doc_name not in doc_ids:
-                    continue
+            start = time.perf_counter()
+            names = sorted({q.doc_name for q in asked})
+            for name in names:  # first, so that the searcher finds each document's health recorded
+                pages, runs = searcher.pseudo_query_runs(doc_ids[name])
+                store.record_branch_health(doc_ids[name], health_of(pages, runs))
+                f.write(json.dumps({"pseudo_queries": name, "pages": pages,
+                                    "runs": [[src, sp.tolist(), de.tolist()] for src, sp, de in runs]}) + "\n")
+            print(f"pseudo-queries of {len(names)} documents: {(time.perf_counter() - start) / max(len(names), 1):.1f} s "
+                  "per document")
+            for q in asked:
                 doc = doc_ids[q.doc_name]
                 cands = searcher.candidates(q.question, [doc], k=1_000_000)
                 order = np.argsort([key[1] for key in cands.keys])
@@ -61,12 +69,7 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
                                     "sparse": cands.sparse[order].tolist(), "dense": cands.dense[order].tolist(),
                                     **{f"dense_{using}": [terms[using].get(p, np.nan) for p in pages]
                                        for using in (CHUNKS, POOLED)}}) + "\n")
-                n, names = n + 1, names | {q.doc_name}
-            for name in sorted(names):
-                pages, runs = searcher.pseudo_query_runs(doc_ids[name])
-                f.write(json.dumps({"pseudo_queries": name, "pages": pages,
-                                    "runs": [[src, sp.tolist(), de.tolist()] for src, sp, de in runs]}) + "\n")
-    return n
+    return len(asked)
 
 
 def _candidates(pages: np.ndarray, sparse: np.ndarray, dense: np.ndarray, n: int):

@@ -34,10 +34,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-QUERIES = 32  # pseudo-queries per document
+QUERIES = 64  # pseudo-queries per document
 WORDS = 12  # words per pseudo-query
 MIN_PAGES = 5  # the fusion's top 5 holds every page of a document this short: nothing to judge
-VERSION = 1  # the recipe above; records of another version are recomputed
+VERSION = 2  # the recipe above; records of another version are recomputed
 _WORD = re.compile(r"\w[\w.,%$-]*")
 
 
@@ -56,14 +56,15 @@ class BranchHealth:
 
 def pseudo_queries(doc_id: str, chunks: Iterable[tuple[int, str]], n: int = QUERIES,
                    words: int = WORDS) -> list[tuple[int, str]]:
-    """Up to n (page, query) pairs: a window of `words` words of a chunk with at least that many,
-    chosen by a generator seeded from the doc id (the same document always gets the same queries)."""
+    """n (page, query) pairs: each a window of `words` words of a chunk with at least that many (every
+    such chunk once before any twice, at another window), drawn by a generator seeded from the doc id:
+    the same document always gets the same queries. None when no chunk has enough words."""
     pool = [(page, found) for page, text in chunks if len(found := _WORD.findall(text)) >= words]
     if not pool:
         return []
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(doc_id.encode()).digest()[:8], "little"))
     out = []
-    for i in rng.choice(len(pool), size=min(n, len(pool)), replace=False):
+    for i in np.concatenate([rng.permutation(len(pool)) for _ in range(-(-n // len(pool)))])[:n]:
         page, found = pool[i]
         start = int(rng.integers(0, len(found) - words + 1))
         out.append((page, " ".join(found[start:start + words])))

@@ -290,6 +290,40 @@ def test_fusion_stress_bench_rebuilds_the_dense_score_from_its_terms(tmp_path):
         stress(old, seeds=1, params={}, n=1, pooled_weight=0.5)
 
 
+def test_fusion_stress_bench_gates_the_failing_branch_by_its_pseudo_query_health(tmp_path):
+    """With the dump's pseudo-query runs, the noise replaces the branch on them too, its health falls and
+    the consistency fusion takes the other branch alone: its worst margin is 0, as the branch's own."""
+    from evals.bench_fusion import METHODS, stress
+
+    rng = np.random.default_rng(0)
+    dump = tmp_path / "dump.jsonl"
+    pages = list(range(1, 31))
+    with open(dump, "w") as f:
+        for i in range(8):  # both branches find the evidence page, the dense one less sharply
+            sparse, dense = rng.uniform(0.0, 1.0, 30), rng.normal(0.0, 1.0, 30)
+            sparse[i], dense[i] = 3.0, 4.0
+            f.write(json.dumps({"qid": str(i), "doc": "report.pdf", "evidence": [i + 1], "pages": pages,
+                                "sparse": sparse.tolist(), "dense": dense.tolist()}) + "\n")
+        runs = []
+        for j in range(32):
+            sparse, dense = rng.uniform(0.0, 1.0, 30), rng.uniform(0.0, 1.0, 30)
+            sparse[j % 30], dense[j % 30] = 9.0, 9.0
+            runs.append([j % 30 + 1, sparse.tolist(), dense.tolist()])
+        f.write(json.dumps({"pseudo_queries": "report.pdf", "pages": pages, "runs": runs}) + "\n")
+    lines = stress(dump, seeds=2, params={}, n=50).splitlines()
+    rows = {line.split(" | ")[0].lstrip("| "): line.strip("| ").split(" | ")[1:] for line in lines[2:]}
+    col = {m: i for i, m in enumerate(METHODS)}
+    worst = rows["worst margin to the best branch (noise cases)"]
+    assert worst[col["consistency"]] == "+0.000" and rows["dev"][col["consistency"]] == "1.000"
+    for case in ("sparse U", "sparse G", "dense U", "dense G"):  # the other branch alone, exactly
+        best = max(float(rows[case][col["sparse"]]), float(rows[case][col["dense"]]))
+        assert float(rows[case][col["consistency"]]) == best
+    no_runs = tmp_path / "old.jsonl"
+    no_runs.write_text("".join(line for line in open(dump) if "pseudo_queries" not in line))
+    old = [line.strip("| ").split(" | ")[1:] for line in stress(no_runs, seeds=2, params={}, n=50).splitlines()[2:]]
+    assert all(r[col["consistency"]] == r[col["consistency, no health"]] for r in old)  # an older dump: no gating
+
+
 def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tmp_path):
     """The dev-set pool of the reader evaluations: one evidence page that the document has (the dev set
     labels one question "page 0"), an answerable question, a ready document; spread over the file."""

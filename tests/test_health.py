@@ -22,7 +22,8 @@ def test_pseudo_queries_are_windows_of_a_chunk_and_the_same_for_the_same_documen
     for page, query in queries:
         text = dict(CHUNKS)[page]
         assert len(query.split()) == 12 and query in text
-    assert len(pseudo_queries("doc-a", CHUNKS, n=10, words=12)) == 3  # one per chunk with enough words
+    more = [page for page, _ in pseudo_queries("doc-a", CHUNKS, n=10, words=12)]  # every chunk thrice before any a 4th time
+    assert len(more) == 10 and sorted(more.count(p) for p in (2, 3, 4)) == [3, 3, 4]
     windows = {tuple(q for _, q in pseudo_queries(f"doc-{i}", CHUNKS[3:], n=1, words=12)) for i in range(10)}
     assert len(windows) > 1  # another document, another draw
     assert pseudo_queries("doc-a", [(1, "few words")], n=3) == []
@@ -105,7 +106,7 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
     assert hits[0].page == 10 and hits[0].doc_id == long.doc_id
     record = store.branch_health([long.doc_id, short.doc_id])
     assert set(record) == {long.doc_id, short.doc_id}
-    assert record[long.doc_id].queries == 12  # one chunk per page, each with at least 12 words
+    assert record[long.doc_id].queries == 32  # 12 chunks of at least 12 words, windows drawn until 32
     assert record[long.doc_id].sparse > 0.5 and record[long.doc_id].dense > 0.5  # both branches work here
     assert np.isnan(record[short.doc_id].sparse) and record[short.doc_id].queries == 0
     check_consistent(store)
@@ -134,3 +135,12 @@ def test_a_record_of_another_recipe_is_measured_again(store, monkeypatch) -> Non
     assert store.branch_health(["doc"]) == {"doc": BranchHealth(0.8, 0.7, 32)}
     monkeypatch.setattr("indexes.store.HEALTH_VERSION", 999)
     assert store.branch_health(["doc"]) == {}
+
+
+def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
+    from docrefrag import DocRefrag
+
+    with DocRefrag(store=tmp_path / "store") as api:
+        (result,) = api.ingest(light_pdf(tmp_path / "survey.pdf", pages=8), workers=1)
+        health = api.open_store().branch_health([result.doc_id])[result.doc_id]
+        assert health.queries == 32 and health.sparse > 0.5 and health.dense > 0.5
