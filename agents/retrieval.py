@@ -27,6 +27,8 @@ class QueryRun:
     top_overlap: float  # share of the two branches' top-5 pages in common (low: the branches disagree)
     query_disagreement: float  # (1 - Spearman rho) / 2 of the branches over the candidates
     weight_sparse: float  # the fusion's share of BM25 for this query
+    sparse_off: int = 0  # candidates on documents where BM25's health switched it off (indexes/health.py)
+    dense_off: int = 0  # candidates on documents where the dense branch's health switched it off
 
 
 def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Sequence[str] | None, k: int,
@@ -44,7 +46,7 @@ def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Se
         fused, diag = cands.fuse(method)
         hits = searcher.to_hits(cands, fused, max(k * 2, 10))
         runs.append(QueryRun(sparse_query, dense_query, hits[:k], diag.top_overlap, diag.query_disagreement,
-                             diag.weight_sparse))
+                             diag.weight_sparse, diag.sparse_off, diag.dense_off))
         for rank, hit in enumerate(hits):
             key = (hit.doc_id, hit.page)
             merged[key] = merged.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)

@@ -107,14 +107,19 @@ def _noisy(x: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
     return noise + 0.2 * minmax(np.where(np.isfinite(x), x, np.nanmin(x)))
 
 
+def _ratio(a: float, b: float) -> float:
+    return a / b if b > 0.0 else float("nan")  # NaN: unmeasured, or no branch above chance
+
+
 def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None,
            pooled_weight: float | None = None) -> str:
     base, pseudo = [], {}
     for line in open(path):
         r = json.loads(line)
         if "pseudo_queries" in r:
-            pseudo[r["pseudo_queries"]] = (r["pages"], [(src, np.array(sp, dtype=float), np.array(de, dtype=float))
-                                                       for src, sp, de in r["runs"]])
+            if docs is None or docs in r["pseudo_queries"]:
+                pseudo[r["pseudo_queries"]] = (r["pages"], [(src, np.array(sp, dtype=float), np.array(de, dtype=float))
+                                                           for src, sp, de in r["runs"]])
             continue
         if docs is not None and docs not in r["doc"]:
             continue
@@ -129,7 +134,9 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
         raise SystemExit(f"{path}: no question on a document whose name contains {docs!r}")
     if not pseudo:
         print(f"note: {path} has no pseudo-query runs (an older dump): no branch health, dump it again")
-    results = {"dev": _recall5(base, params, n, {doc: health_of(*runs) for doc, runs in pseudo.items()})}
+    dev_health = {doc: health_of(*runs) for doc, runs in pseudo.items()}
+    results = {"dev": _recall5(base, params, n, dev_health)}
+    noise_ratios = []  # the noisy branch's health over the real one's, per document and noise run
     for branch in BRANCH_METHODS:
         b = BRANCH_METHODS.index(branch)
         for kind in ("U", "G"):
@@ -147,7 +154,8 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
                     for source, *scores in pq:
                         scores[b] = _noisy(scores[b], kind, rng)
                         noisy_runs.append((source, *scores))
-                    health[doc] = health_of(pages, noisy_runs)
+                    health[doc] = h = health_of(pages, noisy_runs)
+                    noise_ratios.append(_ratio((h.sparse, h.dense)[b], (h.dense, h.sparse)[b]))
                 runs.append(_recall5(rows, params, n, health))
             results[f"{branch} {kind}"] = {m: np.mean([r[m] for r in runs], axis=0) for m in METHODS}  # (questions,)
     lines = ["| case | " + " | ".join(METHODS) + " |", "|---|" + "---|" * len(METHODS)]
@@ -160,6 +168,13 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
                  + " | ".join(f"{worst[m].mean():+.3f}" for m in METHODS) + " |")
     lines.append("| its standard error (bootstrap over questions) | "
                  + " | ".join(f"{bootstrap_se(worst[m]):.3f}" for m in METHODS) + " |")
+    dev_ratios = [_ratio(min(h.sparse, h.dense), max(h.sparse, h.dense)) for h in dev_health.values()]
+    if any(np.isfinite(dev_ratios)):
+        spans = ", ".join(f"{name} {np.nanmin(h):.2f}-{np.nanmax(h):.2f}" for name, h in
+                          (("BM25", [h.sparse for h in dev_health.values()]), ("dense", [h.dense for h in dev_health.values()])))
+        lines.append(f"branch health, weaker / stronger branch per document: dev min {np.nanmin(dev_ratios):.2f} "
+                     f"({np.isfinite(dev_ratios).sum()} documents measured; {spans}); noise branch / the other in the "
+                     f"noise cases: median {np.nanmedian(noise_ratios):.2f}, max {np.nanmax(noise_ratios):.2f}")
     return "\n".join(lines)
 
 

@@ -59,7 +59,8 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     k = read + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
     hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, 10), cfg.fusion)
     queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap,
-                "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3)}
+                "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3),
+                "switched_off": {"sparse": r.sparse_off, "dense": r.dense_off}}
                for r in runs]
     return {"hits": [asdict(h) for h in hits], "query_disagreement": runs[0].query_disagreement if runs else 0.0,
             "trace": [{"node": "retrieve", "round": state.get("round", 1), "queries": queries,

@@ -4,22 +4,26 @@ Per-query signals (indexes/fusion.py) cannot always tell a branch that fails on 
 that works: a noisy branch disagrees with the good one exactly as much as the reverse, and its
 scores can stand out of their bulk as much as real ones. Queries whose answer page is known can.
 Per document, QUERIES pseudo-queries are drawn (deterministically from the doc id): each a window
-of WORDS consecutive words of a text chunk of a random page (pages with fewer words are skipped).
+of WORDS consecutive words of a text chunk (chunks with fewer words are skipped; every chunk once
+before any twice, at another window).
 Each branch ranks all pages of the document for each; its health is the chance-corrected mean
 reciprocal rank of the source page,
 
     h_b = (MRR_b - c) / (1 - c),   c = H_n / n  (the MRR of a random order of the n pages),
 
 1 when the branch always ranks the source page first, about 0 when it finds it by chance. The
-fusion switches a branch off for a document's pages when its health is below HEALTH_RATIO times
-the other branch's (`FusionConfig.health_ratio`). Documents of at most MIN_PAGES pages (any
+fusion switches a branch off for a document's pages when its health is below
+`FusionConfig.health_ratio` (0.5) times the other branch's. Documents of at most MIN_PAGES pages (any
 ranking puts every page in the top 5) and documents with no pseudo-query get NaN: no gating.
 
 Measured 2026-12-02 (evals/RESULTS.md, "Branch health from pseudo-queries"): on the dev stores the
-weaker branch's health is at least 0.55 of the stronger one's on every document (the stronger is BM25:
-verbatim words favour it), and a branch replaced by noise stays below 0.45 (MMLongBench-Doc) / 0.53
-(LongDocURL) of the other. The pseudo-queries are verbatim, so h_b says whether a branch works on a
-document at all, not which branch answers paraphrased questions better: only a large gap acts.
+weaker branch's health is at least 0.58 (MMLongBench-Doc) / 0.68 (LongDocURL) of the stronger one's on
+every document (the stronger is BM25: verbatim words favour it), and a branch replaced by noise at most
+0.42 / 0.49 of the other's (median 0.13 / 0.10). The pseudo-queries are verbatim, so h_b says whether
+a branch works on a document at all, not which branch answers paraphrased questions better: only a
+large gap acts. 32 queries per document were too few (the same commands with QUERIES = 32): drawn
+without repeats, a noise branch passed on a few short documents (worst margin -0.001 on MMLongBench-Doc);
+with repeats, one document's real dense branch fell below the ratio (dev Recall@5 0.734 -> 0.731).
 
 The health is computed once per document and kept in the store's catalog (`Store.branch_health`);
 VERSION names this recipe, so a change of it recomputes the records.

@@ -315,6 +315,9 @@ def test_fusion_stress_bench_gates_the_failing_branch_by_its_pseudo_query_health
     col = {m: i for i, m in enumerate(METHODS)}
     worst = rows["worst margin to the best branch (noise cases)"]
     assert worst[col["consistency"]] == "+0.000" and rows["dev"][col["consistency"]] == "1.000"
+    health = lines[-1].removeprefix("branch health, weaker / stronger branch per document: dev min ")
+    assert health.startswith("1.00 (1 documents measured; BM25 1.00-1.00, dense 1.00-1.00)")
+    assert float(health.rsplit("max ", 1)[1]) < 0.5
     for case in ("sparse U", "sparse G", "dense U", "dense G"):  # the other branch alone, exactly
         best = max(float(rows[case][col["sparse"]]), float(rows[case][col["dense"]]))
         assert float(rows[case][col["consistency"]]) == best

@@ -343,8 +343,10 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     llm, seen = scripted("4,812", "Yes")
     never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="never", max_rounds=1))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
-    q = entries(never.trace, "retrieve")[0]["queries"][0]["query_disagreement"]  # rounded to 3 decimals
+    first = entries(never.trace, "retrieve")[0]["queries"][0]
+    q = first["query_disagreement"]  # rounded to 3 decimals
     assert 0.0 <= q <= 0.98
+    assert first["switched_off"] == {"sparse": 0, "dense": 0}  # no branch fails on the generated report
 
     llm, seen = scripted("4,812", "Yes")
     calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=q + 0.01))
