@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
@@ -27,6 +29,9 @@ if TYPE_CHECKING:
     from docrefrag_core.reader import DocRefragReader
     from graph.context import AskConfig
     from graph.run import AskResult
+
+
+logger = logging.getLogger(__name__)
 
 
 def default_store() -> Path:
@@ -103,9 +108,13 @@ class DocRefrag:
         with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
             results = ingestor.ingest_sources(sources, failed)
         ready = set(store.ready_ids())
-        new = sorted({r.doc_id for r in results if r.doc_id in ready})
+        new = sorted({r.doc_id for r in results if r.doc_id in ready} - set(store.branch_health(sorted(ready))))
         if new:  # measured once per document (indexes/health.py), so that the first search does not wait for it
-            HybridSearcher(store, self.embedder).health(new)
+            try:
+                HybridSearcher(store, self.embedder).health(new)
+            except (StoreError, sqlite3.Error, OSError, RuntimeError) as e:  # ingested all the same; a search measures it
+                logger.warning("the branch health of %d new document(s) was not measured (%s); the first search "
+                               "will measure it", len(new), e)
         return results
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,

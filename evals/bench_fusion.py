@@ -132,7 +132,10 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
         base.append((r["doc"], np.array(r["pages"]), r["evidence"], np.array(r["sparse"]), dense))
     if not base:
         raise SystemExit(f"{path}: no question on a document whose name contains {docs!r}")
-    if not pseudo:
+    if pooled_weight is not None and pseudo:  # the runs hold the dumped dense score, not the rebuilt one
+        print("note: --pooled-weight rebuilds the questions' dense score only: no branch health in this run")
+        pseudo = {}
+    elif not pseudo:
         print(f"note: {path} has no pseudo-query runs (an older dump): no branch health, dump it again")
     dev_health = {doc: health_of(*runs) for doc, runs in pseudo.items()}
     results = {"dev": _recall5(base, params, n, dev_health)}

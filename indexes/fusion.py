@@ -43,13 +43,16 @@ S_b percentiles 5/25/50/75/95 on MMLongBench-Doc BM25 -0.22/-0.01/0.19/0.38/0.59
 separate every query, but it breaks the symmetry that R and Q leave between a noisy and a real branch.
 
 Branch health, the fourth signal: per document, how well each branch finds a page from its own words
-(pseudo-queries with a known page, indexes/health.py; h_b in about [0, 1], 0 = chance). Where one
-branch's h is below health_ratio (0.5) times the other's, the document's candidates take the other
-branch alone (a = 0 or 1 on them); NaN (short documents, no text) changes nothing. It never acts on
-the dev stores (their weaker branch keeps at least 0.58 of the stronger one's health) and catches a
-branch replaced by noise on every document (at most 0.49 of the other's): the worst stress margin to the
-best branch goes from -0.033 / -0.045 to +0.000 on MMLongBench-Doc / LongDocURL (evals/RESULTS.md,
-"Branch health from pseudo-queries").
+(pseudo-queries with a known page, indexes/health.py; h_b <= 1: 1 = the source page always first,
+0 = chance). Where one branch's h is below health_ratio (0.5) times the other's, that branch's scores
+of the document's candidates count as absent (no evidence), for the weight, R, Q and S as for the
+fused score: a query on that document alone takes the other branch alone. NaN health (short documents,
+no text) changes nothing. The diagnostics describe the evidence used: a branch switched off on every
+candidate has R = 0 and Q = 0.5 ("no evidence that they agree"), so the graph may add a HyDE passage,
+which serves the dense branch. It never acts on the dev stores (their weaker branch keeps at least 0.58
+of the stronger one's health) and catches a branch replaced by noise on every document (at most 0.49
+of the other's): the worst stress margin to the best branch goes from -0.033 / -0.045 to +0.000 on
+MMLongBench-Doc / LongDocURL (evals/RESULTS.md, "Branch health from pseudo-queries").
 
 D: with c_b = clip(n_b, 0, 1), D(i) = (1 - a) * (c_s - c_d)+ + a * (c_d - c_s)+ in [0, 1]: the
 support of page i from one branch only, weighted by the weight of the branch that does not back it
@@ -252,6 +255,10 @@ def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionM
     if health is not None and np.shape(health) != (len(sparse), 2):
         raise ValueError(f"health must give (sparse, dense) per candidate, shape ({len(sparse)}, 2); got "
                          f"{np.shape(health)}")
+    raw_s = np.where(np.isfinite(sparse), sparse, -np.inf)  # what the comparison methods rank
+    raw_d = np.where(np.isfinite(dense), dense, -np.inf)
+    sparse_off, dense_off = _switched_off(health, cfg.health_ratio, len(sparse))
+    sparse, dense = np.where(sparse_off, np.nan, sparse), np.where(dense_off, np.nan, dense)  # no evidence there
     n_s, rel_s = _branch(sparse)
     n_d, rel_d = _branch(dense)
     s = np.where(np.isfinite(sparse), sparse, -np.inf)
@@ -261,23 +268,21 @@ def fuse_with_diagnostics(sparse: np.ndarray, dense: np.ndarray, method: FusionM
     pairs = _consecutive(pages) if pages is not None else np.zeros((0, 2), dtype=np.int64)
     smooth_s, smooth_d = _smoothness(s, pairs), _smoothness(d, pairs)
     a = _weight(rel_s, rel_d, cfg.a0, exponent, cfg.eta * (smooth_s - smooth_d) * np.sqrt(len(pairs)))
-    sparse_off, dense_off = _switched_off(health, cfg.health_ratio, len(sparse))
-    a_page = np.where(sparse_off, 0.0, np.where(dense_off, 1.0, a))  # (n,) the weight on each candidate's document
     c_s, c_d = np.clip(n_s, 0.0, 1.0), np.clip(n_d, 0.0, 1.0)
-    disagreement = (1.0 - a_page) * np.maximum(c_s - c_d, 0.0) + a_page * np.maximum(c_d - c_s, 0.0)  # (n,)
+    disagreement = (1.0 - a) * np.maximum(c_s - c_d, 0.0) + a * np.maximum(c_d - c_s, 0.0)  # (n,)
     if cfg.method == "consistency":
-        fused = a_page * n_s + (1.0 - a_page) * n_d - cfg.lambda_ * disagreement
+        fused = a * n_s + (1.0 - a) * n_d - cfg.lambda_ * disagreement
     elif cfg.method == "sparse":
-        fused, a = s, 1.0
+        fused, a = raw_s, 1.0
     elif cfg.method == "dense":
-        fused, a = d, 0.0
+        fused, a = raw_d, 0.0
     elif cfg.method == "rrf":
-        fused, a = (np.where(np.isfinite(s), 1.0 / (RRF_K + ranks(s)), 0.0)
-                    + np.where(np.isfinite(d), 1.0 / (RRF_K + ranks(d)), 0.0)), 0.5
+        fused, a = (np.where(np.isfinite(raw_s), 1.0 / (RRF_K + ranks(raw_s)), 0.0)
+                    + np.where(np.isfinite(raw_d), 1.0 / (RRF_K + ranks(raw_d)), 0.0)), 0.5
     else:  # sum
-        fused, a = _norm(s) + _norm(d), 0.5
+        fused, a = _norm(raw_s) + _norm(raw_d), 0.5
     return fused, Diagnostics(float(a), rel_s, rel_d, disagreement, query_disagreement, smooth_s, smooth_d,
-                              len(pairs), _top_overlap(s, d), int(sparse_off.sum()), int(dense_off.sum()))
+                              len(pairs), _top_overlap(raw_s, raw_d), int(sparse_off.sum()), int(dense_off.sum()))
 
 
 def _norm(x: np.ndarray) -> np.ndarray:

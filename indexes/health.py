@@ -14,7 +14,8 @@ reciprocal rank of the source page,
 1 when the branch always ranks the source page first, about 0 when it finds it by chance. The
 fusion switches a branch off for a document's pages when its health is below
 `FusionConfig.health_ratio` (0.5) times the other branch's. Documents of at most MIN_PAGES pages (any
-ranking puts every page in the top 5) and documents with no pseudo-query get NaN: no gating.
+ranking puts every page in the top 5) and documents whose pseudo-queries come from fewer than
+MIN_SOURCES pages (little text) get NaN: no gating.
 
 Measured 2026-12-02 (evals/RESULTS.md, "Branch health from pseudo-queries"): on the dev stores the
 weaker branch's health is at least 0.58 (MMLongBench-Doc) / 0.68 (LongDocURL) of the stronger one's on
@@ -26,7 +27,8 @@ without repeats, a noise branch passed on a few short documents (worst margin -0
 with repeats, one document's real dense branch fell below the ratio (dev Recall@5 0.734 -> 0.731).
 
 The health is computed once per document and kept in the store's catalog (`Store.branch_health`);
-VERSION names this recipe, so a change of it recomputes the records.
+VERSION names this recipe, so a change of it recomputes the records: bump it also when a branch's
+scoring changes (BM25's parameters, the visual page score), since the records measured the old one.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ import numpy as np
 QUERIES = 64  # pseudo-queries per document
 WORDS = 12  # words per pseudo-query
 MIN_PAGES = 5  # the fusion's top 5 holds every page of a document this short: nothing to judge
-VERSION = 2  # the recipe above; records of another version are recomputed
+MIN_SOURCES = 3  # pseudo-queries from fewer distinct pages than this are too little evidence to judge by
+VERSION = 3  # the recipe above; records of another version are recomputed
 _WORD = re.compile(r"\w[\w.,%$-]*")
 
 
@@ -61,8 +64,9 @@ class BranchHealth:
 def pseudo_queries(doc_id: str, chunks: Iterable[tuple[int, str]], n: int = QUERIES,
                    words: int = WORDS) -> list[tuple[int, str]]:
     """n (page, query) pairs: each a window of `words` words of a chunk with at least that many (every
-    such chunk once before any twice, at another window), drawn by a generator seeded from the doc id:
-    the same document always gets the same queries. None when no chunk has enough words."""
+    such chunk once before any twice, at another window if it has more words), drawn by a generator
+    seeded from the doc id: the same document always gets the same queries. [] when no chunk has enough
+    words."""
     pool = [(page, found) for page, text in chunks if len(found := _WORD.findall(text)) >= words]
     if not pool:
         return []
@@ -75,12 +79,12 @@ def pseudo_queries(doc_id: str, chunks: Iterable[tuple[int, str]], n: int = QUER
     return out
 
 
-def health_of(pages: Sequence[int], runs: Iterable[tuple[int, np.ndarray, np.ndarray]]) -> BranchHealth:
+def health_of(pages: Sequence[int], runs: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> BranchHealth:
     """The health of both branches on a document of `pages` from its pseudo-query runs: (source page,
     sparse scores, dense scores), the scores aligned with `pages` (NaN: the branch did not score the page)."""
     pages = np.asarray(pages)
     n = len(pages)
-    if n <= MIN_PAGES:
+    if n <= MIN_PAGES or len({source for source, *_ in runs}) < MIN_SOURCES:
         return BranchHealth.unmeasured()
     chance = float(np.sum(1.0 / np.arange(1, n + 1))) / n
     rr: list[list[float]] = [[], []]
@@ -90,7 +94,5 @@ def health_of(pages: Sequence[int], runs: Iterable[tuple[int, np.ndarray, np.nda
             own = x[pages == source][0]
             rank = 1.0 + np.sum(x > own) + (np.sum(x == own) - 1) / 2.0  # a tie counts half
             rr[b].append(1.0 / rank)
-    if not rr[0]:
-        return BranchHealth.unmeasured()
     sparse, dense = ((float(np.mean(r)) - chance) / (1.0 - chance) for r in rr)
     return BranchHealth(sparse, dense, len(rr[0]))

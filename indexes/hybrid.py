@@ -1,10 +1,11 @@
 """Hybrid page search over a store: BM25 over page text + the visual index's page score (best
 region + pooled page vector), fused; each branch weighed also by its health on the page's document
-(indexes/health.py), measured on the first search of a document and kept in the store."""
+(indexes/health.py), kept in the store (measured at ingest, or here for a document that lacks it)."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -69,6 +70,7 @@ class HybridSearcher:
         scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
         if not scope:
             return Candidates(scope, [], np.zeros(0), np.zeros(0), None, np.zeros((0, 2)))
+        self.store.visual  # opened first: if another process holds the index, fail before any work
         query_vec = self.embedder.embed_queries([dense_query or query])[0]
         keys, sparse, dense, scored = self._branches(query, query_vec, scope, max(self.n_candidates, k))
         health = self.health(sorted({doc for doc, _ in keys}))
@@ -77,8 +79,7 @@ class HybridSearcher:
 
     def _branches(self, query: str, query_vec: np.ndarray, scope: Sequence[str], n: int):
         """Each branch's top n pages of `scope`: their keys, BM25 and visual scores (NaN: not proposed)."""
-        visual = self.store.visual  # opened first: if another process holds the index, fail before any work
-        bm25 = self.store.bm25()
+        visual, bm25 = self.store.visual, self.store.bm25()
         scored = bm25.page_scores(query, scope)
         top = np.argsort(-scored.scores, kind="stable")[:n]
         sparse_by_key = {bm25.page_keys[scored.scope[i]]: float(scored.scores[i]) for i in top}
@@ -96,13 +97,16 @@ class HybridSearcher:
             logger.info("measuring the retrieval branches' health on %d document(s) (once per document)", len(missing))
         for doc_id in missing:
             known[doc_id] = self.measure_health(doc_id)
-            self.store.record_branch_health(doc_id, known[doc_id])
+            try:
+                self.store.record_branch_health(doc_id, known[doc_id])
+            except sqlite3.OperationalError as e:  # a cache: the search goes on, the next one measures again
+                logger.warning("could not record the branch health of %s in the store (%s)", doc_id, e)
         return known
 
     def pseudo_query_runs(self, doc_id: str) -> tuple[list[int], list[tuple[int, np.ndarray, np.ndarray]]]:
         """The document's pages and, per pseudo-query, (source page, BM25 scores, visual scores) of every page."""
         pages = self.store.page_numbers(doc_id)
-        queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []
+        queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []  # else unjudged
         vectors = self.embedder.embed_queries([q for _, q in queries]) if queries else []
         runs = []
         for (source, query), vec in zip(queries, vectors):

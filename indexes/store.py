@@ -323,9 +323,11 @@ class Store:
         return {d: BranchHealth(_nan(s), _nan(x), q) for d, s, x, q in rows}
 
     def record_branch_health(self, doc_id: str, health: BranchHealth) -> None:
+        """Keep the measured health of a ready document (a document retired meanwhile keeps nothing)."""
         with self.db:
-            self.db.execute("INSERT OR REPLACE INTO branch_health VALUES (?, ?, ?, ?, ?)",
-                            (doc_id, HEALTH_VERSION, health.sparse, health.dense, health.queries))
+            self.db.execute("INSERT OR REPLACE INTO branch_health SELECT ?, ?, ?, ?, ? WHERE EXISTS "
+                            "(SELECT 1 FROM documents WHERE doc_id = ? AND status = 'ready')",
+                            (doc_id, HEALTH_VERSION, health.sparse, health.dense, health.queries, doc_id))
 
     def render_path(self, doc_id: str, page: int) -> Path:
         return self.root / "renders" / doc_id / f"{page}.jpg"
@@ -405,6 +407,7 @@ class Store:
         blocks = json.dumps([[b.kind, round(b.x0, 2), round(b.y0, 2), round(b.x1, 2), round(b.y1, 2)]
                              for b in parsed.blocks])
         with self.db:
+            self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # measured on the old page
             self.db.execute("DELETE FROM chunks WHERE doc_id = ? AND page = ?", (doc_id, parsed.page))
             self.db.executemany(
                 "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -430,6 +433,7 @@ class Store:
                 self._delete_rows(old_id)
                 self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (old_id,))
             self.db.execute("UPDATE documents SET status = 'ready' WHERE doc_id = ?", (doc_id,))
+            self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # e.g. measured while it resumed
             self._bump_generation()
         self.collect_garbage()
         return old

@@ -209,6 +209,8 @@ def test_penalty_lowers_pages_backed_by_one_branch_only() -> None:
     ({"kappa": -2.0}, "pass 0 to adapt the weight without regard"),
     ({"eta": -0.5}, "pass 0 to ignore how smoothly"),
     ({"eta": float("nan")}, "finite"),
+    ({"health_ratio": 1.5}, "pass 0 to never switch a branch off"),
+    ({"health_ratio": float("nan")}, "health_ratio must be in [0, 1]"),
     ({"lambda_": 1.5}, "pass 0 to switch the penalty off"),
     ({"lambda_": -0.1}, "in [0, 1]"),
     ({"method": "max"}, "use one of consistency, rrf, sum, sparse, dense"),
@@ -222,7 +224,7 @@ def test_config_validation_says_how_to_fix(kwargs: dict, message: str) -> None:
 
 def test_config_fields_have_help() -> None:
     assert {f.name: bool(f.metadata.get("help")) for f in fields(FusionConfig)} == dict.fromkeys(
-        ["method", "a0", "gamma", "kappa", "eta", "lambda_"], True)
+        ["method", "a0", "gamma", "kappa", "eta", "health_ratio", "lambda_"], True)
 
 
 def test_misaligned_inputs_are_rejected() -> None:

@@ -4,10 +4,11 @@ MRR of each branch on them, the fusion switching a failing branch off, and the s
 from __future__ import annotations
 
 import numpy as np
+import pymupdf
 import pytest
 
 from indexes.fusion import fuse, fuse_with_diagnostics
-from indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries
+from indexes.health import MIN_PAGES, QUERIES, BranchHealth, health_of, pseudo_queries
 from indexes.hybrid import HybridSearcher
 from indexes.store import Store
 
@@ -54,11 +55,15 @@ def test_health_is_one_for_a_branch_that_finds_the_page_and_about_zero_for_noise
     assert health_of(pages, missing).dense <= 0.0
 
 
-def test_short_documents_and_documents_without_queries_are_not_judged() -> None:
+def test_short_documents_and_documents_with_little_text_are_not_judged() -> None:
     pages, runs = _runs(MIN_PAGES, lambda rng, source, n: rng.uniform(0.0, 1.0, n))
     assert np.isnan(health_of(pages, runs).sparse) and np.isnan(health_of(pages, runs).dense)
     empty = health_of(list(range(1, 30)), [])
     assert np.isnan(empty.sparse) and empty.queries == 0
+    pages = list(range(1, 31))
+    first = [(source, np.eye(30)[source - 1], np.eye(30)[source - 1]) for source in (1, 2, 1, 2, 1, 2)]
+    assert np.isnan(health_of(pages, first).sparse)  # six draws, but from two pages only
+    assert health_of(pages, [*first, first[0], (3, np.eye(30)[2], np.eye(30)[2])]).sparse == pytest.approx(1.0)
 
 
 def test_fusion_switches_off_a_branch_far_below_the_other_on_its_document() -> None:
@@ -78,23 +83,23 @@ def test_fusion_switches_off_a_branch_far_below_the_other_on_its_document() -> N
     for kept in (np.tile([0.9, 0.6], (20, 1)), np.full((20, 2), np.nan), np.tile([-0.1, 0.0], (20, 1))):
         assert np.array_equal(fuse(sparse, dense, health=kept), fuse(sparse, dense))  # close, unknown, both chance
     assert np.array_equal(fuse(sparse, dense, health=off, health_ratio=0.0), fuse(sparse, dense))
-    assert np.array_equal(fuse(sparse, dense, "sum", health=off), fuse(sparse, dense, "sum"))  # consistency only
 
 
-def test_health_acts_per_document_among_the_candidates() -> None:
+def test_a_switched_off_branch_counts_as_absent_on_its_document_only() -> None:
     sparse = np.array([5.0, 0.1, 0.2, 0.3, 0.1, 0.2])
-    dense = np.array([0.1, 0.2, 0.1, 6.0, 0.3, 0.2])
-    health = np.array([[0.9, 0.2]] * 3 + [[np.nan, np.nan]] * 3)  # dense fails on document a only
-    fused = fuse(sparse, dense, health=health)
-    plain = fuse(sparse, dense)
-    assert np.allclose(fused[3:], plain[3:]) and not np.allclose(fused[:3], plain[:3])
+    dense = np.array([0.1, 0.2, 0.9, 6.0, 0.3, 0.2])
+    health = np.array([[0.9, 0.2]] * 3 + [[np.nan, np.nan]] * 3)  # dense fails on document a (the first 3) only
+    fused, diag = fuse_with_diagnostics(sparse, dense, health=health)
+    absent = np.where(np.arange(6) < 3, np.nan, dense)
+    expected, plain = fuse_with_diagnostics(sparse, absent)  # the weight, R, Q and S without those scores too
+    assert np.allclose(fused, expected) and diag.weight_sparse == plain.weight_sparse
+    assert np.argsort(-fused[:3]).tolist() == [0, 2, 1]  # document a by BM25 (its page 2 was dense's favourite)
+    assert (diag.sparse_off, diag.dense_off) == (0, 3) and diag.reliability_dense == plain.reliability_dense
+    assert not np.allclose(fused, fuse(sparse, dense))
+    for method in ("sum", "rrf", "sparse", "dense"):  # the comparison methods rank the scores as given
+        assert np.array_equal(fuse(sparse, dense, method, health=health), fuse(sparse, dense, method))
     with pytest.raises(ValueError, match=r"health must give \(sparse, dense\) per candidate, shape \(6, 2\)"):
         fuse(sparse, dense, health=np.zeros((6, 3)))
-
-
-def test_health_ratio_is_validated() -> None:
-    with pytest.raises(ValueError, match="health_ratio must be in"):
-        fuse(np.ones(3), np.ones(3), health_ratio=1.5)
 
 
 def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tmp_path, store, ingest, embedder,
@@ -106,7 +111,7 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
     assert hits[0].page == 10 and hits[0].doc_id == long.doc_id
     record = store.branch_health([long.doc_id, short.doc_id])
     assert set(record) == {long.doc_id, short.doc_id}
-    assert record[long.doc_id].queries == 32  # 12 chunks of at least 12 words, windows drawn until 32
+    assert record[long.doc_id].queries == QUERIES  # 12 chunks of at least 12 words, windows drawn until QUERIES
     assert record[long.doc_id].sparse > 0.5 and record[long.doc_id].dense > 0.5  # both branches work here
     assert np.isnan(record[short.doc_id].sparse) and record[short.doc_id].queries == 0
     check_consistent(store)
@@ -120,6 +125,20 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
         assert again.search("badger count near station s010", k=1)[0].page == 10
 
 
+def test_a_page_without_text_is_scored_by_neither_branch(tmp_path, store, ingest, embedder, light_pdf):
+    doc = pymupdf.open(light_pdf(tmp_path / "survey.pdf", pages=8))
+    doc.new_page(pno=2, width=595, height=842)  # a blank page 3
+    doc.save(tmp_path / "gap.pdf")
+    (result,) = ingest(store, tmp_path / "gap.pdf")
+    pages, runs = HybridSearcher(store, embedder).pseudo_query_runs(result.doc_id)
+    assert pages == list(range(1, 10)) and len(runs) == QUERIES
+    assert all(source != 3 and np.isnan(sparse[2]) and np.isnan(dense[2]) for source, sparse, dense in runs)
+    assert all(np.isfinite(np.delete(sparse, 2)).all() and np.isfinite(np.delete(dense, 2)).all()
+               for _, sparse, dense in runs)
+    h = health_of(pages, runs)
+    assert h.sparse > 0.5 and h.dense > 0.5
+
+
 def test_a_replaced_document_loses_its_record(tmp_path, store, ingest, embedder, light_pdf):
     pdf = light_pdf(tmp_path / "survey.pdf", pages=8)
     (old,) = ingest(store, pdf)
@@ -130,11 +149,22 @@ def test_a_replaced_document_loses_its_record(tmp_path, store, ingest, embedder,
     assert new.status == "replaced" and store.branch_health([old.doc_id, new.doc_id]) == {}
 
 
-def test_a_record_of_another_recipe_is_measured_again(store, monkeypatch) -> None:
-    store.record_branch_health("doc", BranchHealth(0.8, 0.7, 32))
-    assert store.branch_health(["doc"]) == {"doc": BranchHealth(0.8, 0.7, 32)}
-    monkeypatch.setattr("indexes.store.HEALTH_VERSION", 999)
-    assert store.branch_health(["doc"]) == {}
+def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_again(tmp_path, store, ingest,
+                                                                                    embedder, light_pdf, monkeypatch):
+    (doc,) = ingest(store, light_pdf(tmp_path / "survey.pdf", pages=8))
+    searcher = HybridSearcher(store, embedder)
+    calls = []
+    monkeypatch.setattr(searcher, "measure_health", lambda d: calls.append(d) or BranchHealth(0.8, 0.7, 64))
+    searcher.health([doc.doc_id])
+    assert searcher.health([doc.doc_id]) == {doc.doc_id: BranchHealth(0.8, 0.7, 64)} and calls == [doc.doc_id]
+    store.finish_document(doc.doc_id)  # a resumed ingest finishing: its pages may have changed
+    searcher.health([doc.doc_id])
+    assert calls == [doc.doc_id] * 2
+    monkeypatch.setattr("indexes.store.HEALTH_VERSION", 999)  # another recipe
+    searcher.health([doc.doc_id])
+    assert calls == [doc.doc_id] * 3
+    store.record_branch_health("retired", BranchHealth(0.8, 0.7, 64))  # no such ready document: nothing kept
+    assert store.branch_health(["retired"]) == {}
 
 
 def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
@@ -143,4 +173,4 @@ def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
     with DocRefrag(store=tmp_path / "store") as api:
         (result,) = api.ingest(light_pdf(tmp_path / "survey.pdf", pages=8), workers=1)
         health = api.open_store().branch_health([result.doc_id])[result.doc_id]
-        assert health.queries == 32 and health.sparse > 0.5 and health.dense > 0.5
+        assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
