@@ -14,6 +14,7 @@ from indexes.fusion import DEFAULT_METHOD, METHODS
 
 if TYPE_CHECKING:
     from graph.context import AskConfig
+    from indexes.store import DocInfo
 
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
 
@@ -308,11 +309,19 @@ def cmd_docs(args: argparse.Namespace) -> int:
     if not docs:
         print("no documents; add some with `docrefrag ingest PATH`")
         return EXIT_OK
-    print(f"{'doc id':16s} {'pages':>5} {'ocr':>4} {'failed':>6} {'status':9s} name")
+    print(f"{'doc id':16s} {'pages':>5} {'ocr':>4} {'failed':>6} {'health bm25/dense':>17} {'status':9s} name")
     for d in docs:
         status = d.status if d.status == "ready" else f"partial {d.pages_done}/{d.n_pages} (rerun ingest to resume)"
-        print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {status:9s} {d.name}")
+        print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {_health(d):>17} {status:9s} {d.name}")
     return EXIT_OK
+
+
+def _health(d: DocInfo) -> str:
+    """The branches' health on the document (indexes/health.py): "-" not measured yet (the first search
+    measures it), "n/a" not judged (a short document or little text)."""
+    if not d.health_measured:
+        return "-"
+    return "n/a" if d.health_sparse is None else f"{d.health_sparse:.2f}/{d.health_dense:.2f}"
 
 
 def _reranks(args: argparse.Namespace) -> bool | None:

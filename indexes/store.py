@@ -77,6 +77,9 @@ class DocInfo:
     failed_pages: int
     bytes: int
     added_at: float
+    health_measured: bool = False  # the branches' health on the document is recorded (indexes/health.py)
+    health_sparse: float | None = None  # None: not measured, or not judged (short, little text)
+    health_dense: float | None = None
 
 
 def unfinished_summary(docs: list[DocInfo]) -> str:
@@ -240,9 +243,11 @@ class Store:
     def documents(self) -> list[DocInfo]:
         rows = self.db.execute(
             """SELECT d.doc_id, d.name, d.source, d.kind, d.n_pages, d.status, COUNT(p.page),
-                      COALESCE(SUM(p.ocr), 0), COALESCE(SUM(p.error IS NOT NULL), 0), d.bytes, d.added_at
+                      COALESCE(SUM(p.ocr), 0), COALESCE(SUM(p.error IS NOT NULL), 0), d.bytes, d.added_at,
+                      h.doc_id IS NOT NULL, h.sparse, h.dense
                FROM documents d LEFT JOIN pages p ON p.doc_id = d.doc_id
-               GROUP BY d.doc_id ORDER BY d.added_at, d.name"""
+                    LEFT JOIN branch_health h ON h.doc_id = d.doc_id AND h.version = ?
+               GROUP BY d.doc_id ORDER BY d.added_at, d.name""", (HEALTH_VERSION,)
         ).fetchall()
         return [DocInfo(*r) for r in rows]
 

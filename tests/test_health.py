@@ -103,7 +103,8 @@ def test_a_switched_off_branch_counts_as_absent_on_its_document_only() -> None:
 
 
 def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tmp_path, store, ingest, embedder,
-                                                                               light_pdf, check_consistent, monkeypatch):
+                                                                               light_pdf, check_consistent, monkeypatch,
+                                                                               capsys):
     (short,) = ingest(store, light_pdf(tmp_path / "short.pdf", pages=MIN_PAGES, tag="short"))
     (long,) = ingest(store, light_pdf(tmp_path / "survey.pdf", pages=12))
     searcher = HybridSearcher(store, embedder)
@@ -123,6 +124,15 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
         monkeypatch.setattr(again, "measure_health", lambda doc_id: pytest.fail("measured twice"))
         assert again.health([long.doc_id])[long.doc_id] == record[long.doc_id]
         assert again.search("badger count near station s010", k=1)[0].page == 10
+        docs = {d.doc_id: d for d in reopened.documents()}
+    assert docs[long.doc_id].health_measured and docs[long.doc_id].health_dense == record[long.doc_id].dense
+    assert docs[short.doc_id].health_measured and docs[short.doc_id].health_sparse is None  # not judged
+    from docrefrag import cli
+
+    assert cli.main(["docs", "--store", str(root)]) == cli.EXIT_OK
+    listed = {line.split()[-1]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    h = record[long.doc_id]
+    assert f" {h.sparse:.2f}/{h.dense:.2f} " in listed["survey.pdf"] and " n/a " in listed["short.pdf"]
 
 
 def test_a_page_without_text_is_scored_by_neither_branch(tmp_path, store, ingest, embedder, light_pdf):
