@@ -49,10 +49,11 @@ of the document's candidates count as absent (no evidence), for the weight, R, Q
 fused score: a query on that document alone takes the other branch alone. NaN health (short documents,
 no text) changes nothing. R, Q, S and a describe the evidence used (top_overlap still compares the
 two rankings as the branches gave them): a branch switched off on every candidate has R = 0 and Q = 0.5
-("no evidence that they agree"), so the graph may add a HyDE passage, which serves the dense branch. It never acts on the dev stores (their weaker branch keeps at least 0.58
-of the stronger one's health) and catches a branch replaced by noise on every document (at most 0.49
-of the other's): the worst stress margin to the best branch goes from -0.033 / -0.045 to +0.000 on
-MMLongBench-Doc / LongDocURL (evals/RESULTS.md, "Branch health from pseudo-queries").
+("no evidence that they agree"), so the graph may add a HyDE passage, which serves the dense branch.
+It never acts on the dev stores (their weaker branch keeps at least 0.58 of the stronger one's health)
+and catches a branch replaced by noise on every document (at most 0.49 of the other's): the worst
+stress margin to the best branch goes from -0.033 / -0.045 to +0.000 on MMLongBench-Doc / LongDocURL
+(evals/RESULTS.md, "Branch health from pseudo-queries").
 
 D: with c_b = clip(n_b, 0, 1), D(i) = (1 - a) * (c_s - c_d)+ + a * (c_d - c_s)+ in [0, 1]: the
 support of page i from one branch only, weighted by the weight of the branch that does not back it
