@@ -1,7 +1,8 @@
 """The answer agent: read the top pages, answer briefly, cite page and region.
 
 Two readers: the Doc-REFRAG reader (default; `read_with_reader`), which reads the pages' stored
-tokens as compressed chunks with the question's chunks expanded, and cites the expanded chunk that
+tokens as compressed chunks with the question's chunks expanded into the decoder's own tokens of
+their regions' words, and cites the expanded chunk that
 holds most of the answer's words; and a chat model (`answer_question`) over the pages' text.
 
 Reading is query-focused: a page whose markdown fits the per-page budget is read whole (tables
@@ -25,7 +26,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from agents import prompts
 from agents.llm import invoke_llm
 from agents.schemas import Citation, Claim
-from docrefrag_core.chunking import box_overlap, chunk_box
+from docrefrag_core.chunking import box_overlap, chunk_box, region_words
 from indexes.bm25 import tokenize
 from indexes.store import ChunkRecord, Store
 
@@ -89,11 +90,12 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     carrying that grid chunk's box) from the Doc-REFRAG reader over the pages' stored tokens: the
     expanded chunks become the region citations."""
     tokens = store.stacked_tokens([(p.doc_id, p.page) for p in pages])
-    out = reader.answer(question, torch.from_numpy(tokens))
     grid, k = math.isqrt(tokens.shape[1]), reader.config.k
+    records = [store.page(p.doc_id, p.page) for p in pages]
+    regions = [reader.region_ids(region_words(r.words, r.width, r.height, grid, k)) for r in records]
+    out = reader.answer(question, torch.from_numpy(tokens), regions=regions)
     cited = []
-    for i, p in enumerate(pages):
-        record = store.page(p.doc_id, p.page)
+    for i, (p, record) in enumerate(zip(pages, records)):
         boxes = [chunk_box(j, k, grid, record.width, record.height) for page, j in out.expanded if page == i]
         chunks = []
         for c in p.chunks:

@@ -100,7 +100,8 @@ def _load(path: Path) -> _Loaded:
             if not tokenizer.chat_template:  # before the weights: a large base model is refused at once
                 raise ValueError(f"the tokenizer at {path} has no chat template; LocalChatModel needs an instruct model")
             try:
-                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+                # the weights' own dtype (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders)
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="auto").eval()
             except Exception as e:  # a damaged safetensors header, state-dict shapes, an unknown architecture
                 raise _unloadable(path, e) from e
             eos = model.generation_config.eos_token_id

@@ -12,8 +12,10 @@ DECOMPOSE = (
 
 ANSWER_SYSTEM = (
     "You answer questions about a document using only the pages given. Reply with the short answer "
-    "only (a number, a name, a short phrase or a list), no explanation. If the pages do not contain "
-    "the answer, reply exactly: Not answerable"
+    "only, no explanation, in one of these forms: an integer (digits only, no units: 42); a number "
+    "(digits, no units or % sign unless asked: 3.5); a short string (a name or a phrase, as written "
+    "on the page); a list (['a', 'b']). If the pages do not contain the answer, reply exactly: "
+    "Not answerable"
 )
 
 ANSWER_USER = "{pages}\n\nQuestion: {question}\nShort answer:"

@@ -7,7 +7,11 @@ a page scored by its best k=3 chunk (MaxSim) beats whole-window embeddings for p
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
+
+from docrefrag_core.page import Word
 
 
 def check_k(m: int, k: int) -> int:
@@ -58,6 +62,18 @@ def chunk_box(chunk: int, k: int, grid: int, width: float, height: float) -> tup
     if r0 == r1:
         return (first % grid) * cw, r0 * ch, (last % grid + 1) * cw, (r1 + 1) * ch
     return 0.0, r0 * ch, width, (r1 + 1) * ch  # the chunk wraps to the next row
+
+
+def region_words(words: Sequence[Word], width: float, height: float, grid: int, k: int) -> list[list[str]]:
+    """The words inside each of the page's L = grid*grid/k chunks, in reading order (the order of
+    `words`): a word belongs to the chunk whose cell holds its box's centre."""
+    L = check_k(grid * grid, k)
+    regions: list[list[str]] = [[] for _ in range(L)]
+    for w in words:
+        col = min(max(int((w.x0 + w.x1) / 2 / width * grid), 0), grid - 1)
+        row = min(max(int((w.y0 + w.y1) / 2 / height * grid), 0), grid - 1)
+        regions[(row * grid + col) // k].append(w.text)
+    return regions
 
 
 def box_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:

@@ -67,12 +67,16 @@ class ReaderConfig:
     lora_r: int = field(default=8, metadata={"help": "LoRA rank on the decoder's attention projections"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator"})
     max_new_tokens: int = field(default=24, metadata={"help": "greedy decoding bound of an answer"})
+    max_expanded_tokens: int = field(default=1536, metadata={
+        "help": "decoder tokens that natively expanded chunks may take in all (chunks past it stay compressed)"})
 
     def __post_init__(self) -> None:
         if self.k not in (1, 2, 3, 4, 6, 9, 12):
             raise ValueError(f"k={self.k} must divide the 18x18 grid's rows; use k in {{2, 3, 6}}")
         if not 0.0 <= self.p <= 1.0:
             raise ValueError(f"p is a fraction of chunks in [0, 1], got {self.p}")
+        if self.max_expanded_tokens < 0:
+            raise ValueError(f"max_expanded_tokens is a token count >= 0, got {self.max_expanded_tokens}")
         if self.selector_dim % self.selector_heads:
             raise ValueError(f"selector_dim={self.selector_dim} must be a multiple of "
                              f"selector_heads={self.selector_heads}")

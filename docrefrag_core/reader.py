@@ -5,9 +5,12 @@ The decoder's input is built in embedding space and fed through `inputs_embeds`:
     [ "Question: ..." | "Page 1:" c_1 c_2 e e e c_4 ... | "Page 2:" ... | suffix ]
 
 where each chunk of k consecutive grid tokens is one projected embedding `c_j` (`ChunkProjector`),
-unless the selector chose it, in which case its k tokens appear in place, each aligned separately
-(`TokenAligner`). A page costs L = m/k embeddings plus (k-1) per expanded chunk: at k = 3 and
-p = 0.2 about 151 instead of the 324 of the full tokens.
+unless the selector chose it. Read from a store (`regions` given), a chosen chunk is expanded
+natively, as in REFRAG: the decoder's own token embeddings of the words inside the chunk's region,
+in reading order (`e e e` above), which a frozen decoder reads without training; a chosen chunk
+with no words stays compressed, and chunks past `ReaderConfig.max_expanded_tokens` (in page order)
+too. Without regions (the synthetic training examples), a chosen chunk's k grid tokens appear in
+place, each through `TokenAligner`.
 
 The decoder is any Hugging Face causal LM (default SmolLM2-135M-Instruct from the cached weights)
 with LoRA adapters on its attention projections (peft). The same reader answers (greedy decoding
@@ -109,8 +112,31 @@ class DocRefragReader(nn.Module):
                              f"k={self.config.k}, got {tuple(tokens.shape)}")
         return self.norm(tokens).reshape(n, m // self.config.k, self.config.k, d)  # (n, L, k, d)
 
-    def build(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, suffix: str) -> Sequence:
-        """chunks (n, L, k, d), expand (n, L) bool -> the decoder input for one question."""
+    def region_ids(self, regions: list[list[str]]) -> list[list[int]]:
+        """Per chunk of a page, the decoder's token ids of the words in its region (reading order)."""
+        return [self.tokenizer(" " + " ".join(words), add_special_tokens=False)["input_ids"] if words else []
+                for words in regions]
+
+    def native_mask(self, expand: torch.Tensor, regions: list[list[list[int]]]) -> torch.Tensor:
+        """The selection (n, L) less the chunks without words and those past the expanded-token cap
+        (taken in page order)."""
+        keep = expand.clone()
+        spent = 0
+        for i, j in expand.nonzero().tolist():
+            size = len(regions[i][j])
+            if size == 0 or spent + size > self.config.max_expanded_tokens:
+                keep[i, j] = False
+            else:
+                spent += size
+        return keep
+
+    def build(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, suffix: str,
+              regions: list[list[list[int]]] | None = None) -> Sequence:
+        """chunks (n, L, k, d), expand (n, L) bool -> the decoder input for one question. With
+        `regions` (per page, per chunk: token ids, see `region_ids`) the expanded chunks are their
+        regions' token embeddings; without, their k tokens through the aligner."""
+        if regions is not None:
+            return self._build_native(question, chunks, expand, suffix, regions)
         n, L, k, _ = chunks.shape
         dev = chunks.device
         expand = expand.to(dev)
@@ -135,6 +161,33 @@ class DocRefragReader(nn.Module):
         return Sequence(torch.cat(parts), torch.cat([text(head), *pages, text(tail)]),
                         torch.cat([text(head), *chunk_ids, text(tail)]), torch.cat([text(head), *slots, text(tail)]))
 
+    def _build_native(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, suffix: str,
+                      regions: list[list[list[int]]]) -> Sequence:
+        n, L = chunks.shape[:2]
+        dev = chunks.device
+        if len(regions) != n or any(len(r) != L for r in regions):
+            raise ValueError(f"regions must hold {L} token-id lists for each of the {n} pages")
+        comp = self.projector(chunks)  # (n, L, hidden)
+        table = self.decoder.get_input_embeddings()
+        parts = [self.text_embeds(f"Question: {question}\n")]
+        labels = [(-1, -1, -1)] * parts[0].shape[0]
+        for i in range(n):
+            sep = self.text_embeds(f"Page {i + 1}:")
+            parts.append(sep)
+            labels += [(-1, -1, -1)] * sep.shape[0]
+            for j in range(L):
+                ids = regions[i][j]
+                if expand[i, j] and ids:
+                    parts.append(table(torch.tensor(ids, device=dev)).to(comp.dtype))  # (t_ij, hidden)
+                    labels += [(i, j, s) for s in range(len(ids))]
+                else:
+                    parts.append(comp[i, j:j + 1])  # (1, hidden)
+                    labels.append((i, j, -1))
+        parts.append(self.text_embeds(suffix))
+        labels += [(-1, -1, -1)] * parts[-1].shape[0]
+        page, chunk, slot = torch.tensor(labels, device=dev).T  # (3, S)
+        return Sequence(torch.cat(parts), page, chunk, slot)
+
     def question_vector(self, question: str) -> torch.Tensor:
         device = self.norm.weight.device
         return torch.from_numpy(np.asarray(self.embed_question([question])[0], dtype=np.float32)).to(device)
@@ -152,12 +205,16 @@ class DocRefragReader(nn.Module):
 
     @torch.no_grad()
     def answer(self, question: str, tokens: torch.Tensor, p: float | None = None, selector: Selector | None = None,
-               max_new_tokens: int | None = None, stop: bool = True) -> ReaderOutput:
-        """Read the pages' tokens (n, m, d) and decode a short answer greedily."""
+               max_new_tokens: int | None = None, stop: bool = True,
+               regions: list[list[list[int]]] | None = None) -> ReaderOutput:
+        """Read the pages' tokens (n, m, d) and decode a short answer greedily (with `regions`, the
+        chosen chunks are expanded natively; see `build`)."""
         start = time.perf_counter()
         chunks = self.chunks(tokens)
         expand = self.select(question, chunks, self.config.p if p is None else p, selector)
-        seq = self.build(question, chunks, expand, ANSWER_SUFFIX)
+        if regions is not None:
+            expand = self.native_mask(expand, regions)
+        seq = self.build(question, chunks, expand, ANSWER_SUFFIX, regions)
         ids, ttft, tpot = self.decode(seq.embeds, max_new_tokens or self.config.max_new_tokens, start, stop)
         expanded = [(int(i), int(j)) for i, j in expand.nonzero().tolist()]
         return ReaderOutput(self.tokenizer.decode(ids, skip_special_tokens=True).strip(), expanded,

@@ -249,3 +249,67 @@ def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
     assert rand["minus_random"] == 0.0 == rand["minus_random_se"]
     for r in loss:  # the paired difference is that of the per-question losses
         assert r["minus_random"] == pytest.approx(np.mean(np.subtract(r["per_question"], rand["per_question"])), abs=2e-4)
+
+
+def native_regions(reader, n: int) -> tuple[list[list[list[str]]], list[list[list[int]]]]:
+    """Words per chunk on n pages: every third chunk holds no words."""
+    L = M // reader.config.k
+    words = [[[] if j % 3 == 2 else [f"w{i}x{j}", "revenue", str(100 + j)] for j in range(L)] for i in range(n)]
+    return words, [reader.region_ids(page) for page in words]
+
+
+def test_native_expansion_holds_the_decoders_own_embeddings_of_the_regions_words(tokenizer):
+    reader = tiny_reader(tokenizer, k=3, p=0.5)
+    tokens = pages(2)
+    chunks = reader.chunks(tokens)
+    words, regions = native_regions(reader, 2)
+    expand = reader.native_mask(reader.select("revenue?", chunks, 0.5), regions)
+    seq = reader.build("revenue?", chunks, expand, ANSWER_SUFFIX, regions)
+    table = reader.decoder.get_input_embeddings().weight
+    comp = reader.projector(chunks)
+    assert expand.any() and not expand.all()
+    for i, j in itertools.product(range(2), range(M // 3)):
+        at = ((seq.page == i) & (seq.chunk == j)).nonzero().flatten()
+        if expand[i, j]:  # exactly the decoder's embeddings of the region's ids, which decode to its words
+            ids = regions[i][j]
+            assert torch.equal(seq.embeds[at], table[torch.tensor(ids)])
+            assert seq.slot[at].tolist() == list(range(len(ids)))
+            assert tokenizer.decode(ids).split() == words[i][j]
+        else:  # one compressed embedding
+            assert at.numel() == 1 and seq.slot[at].item() == -1
+            assert torch.allclose(seq.embeds[at[0]], comp[i, j])
+
+
+def test_chunks_without_words_stay_compressed_and_the_token_cap_holds(tokenizer):
+    from dataclasses import replace
+
+    reader = tiny_reader(tokenizer, k=3, p=1.0)
+    chunks = reader.chunks(pages(2))
+    _, regions = native_regions(reader, 2)
+    everything = torch.ones(chunks.shape[:2], dtype=torch.bool)
+    kept = reader.native_mask(everything, regions)
+    assert all(not kept[i, j] for i in range(2) for j in range(M // 3) if not regions[i][j])
+    assert all(kept[i, j] for i in range(2) for j in range(M // 3) if regions[i][j])
+    cap = 20
+    reader.config = replace(reader.config, max_expanded_tokens=cap)
+    capped = reader.native_mask(everything, regions)
+    spent = sum(len(regions[i][j]) for i, j in capped.nonzero().tolist())
+    assert 0 < spent <= cap
+    first = capped.nonzero().tolist()  # page order: the first chunks with words are the ones kept
+    assert first[0] == [0, 0]
+    out = reader.answer("revenue?", pages(2), p=1.0, max_new_tokens=3, regions=regions)
+    assert sum(len(regions[i][j]) for i, j in out.expanded) <= cap
+    assert all(regions[i][j] for i, j in out.expanded)
+
+
+def test_region_words_follow_the_cells_of_the_word_centres_in_reading_order():
+    from docrefrag_core.chunking import region_words
+    from docrefrag_core.page import Word
+
+    # a 6x6 grid over a 60 x 60 page, k = 3: chunk 0 = cells 0-2 (x < 30 of row 0), chunk 1 = cells 3-5
+    words = [Word("b", 12, 2, 18, 8, 0), Word("a", 1, 1, 5, 5, 0), Word("c", 40, 2, 50, 8, 0),
+             Word("d", 55, 55, 59, 59, 1)]
+    regions = region_words(words, 60, 60, 6, 3)
+    assert len(regions) == 12
+    assert regions[0] == ["b", "a"] and regions[1] == ["c"] and regions[11] == ["d"]
+    assert sum(map(len, regions)) == 4
