@@ -4,6 +4,7 @@
 
 - `None` / `"local"`: `LocalChatModel` on the cached SmolLM2-135M-Instruct (`model_dir("smollm2")`);
 - `"local:/path/to/hf-dir"`: `LocalChatModel` on any causal LM directory with a chat template;
+- `"local:NAME"`: `LocalChatModel` on a cached registry decoder (`weights.DECODERS`, e.g. qwen-coder-1.5b);
 - `"openai:MODEL@BASE_URL"`: an OpenAI-compatible server (vLLM, llama.cpp's server, a hosted API)
   through langchain-openai's real HTTP client; the key comes from `$OPENAI_API_KEY`;
 - `"package.module:factory"`: `factory()` from an importable module, for any other LangChain provider.
@@ -49,7 +50,7 @@ from agents.plugins import load_object
 
 logger = logging.getLogger(__name__)
 
-SPEC_FORMS = ('"local"', '"local:/path/to/hf-model-dir"', '"openai:MODEL@http://HOST:PORT/v1"',
+SPEC_FORMS = ('"local"', '"local:/path/to/hf-model-dir"', '"local:qwen-coder-1.5b" (a fetched decoder)', '"openai:MODEL@http://HOST:PORT/v1"',
               '"package.module:factory"')
 
 
@@ -493,6 +494,10 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
     if spec.startswith("local:"):
         if not spec[6:]:
             raise ValueError(f"--llm {spec!r} names no directory; use one of {', '.join(SPEC_FORMS)}")
+        from docrefrag_core.weights import DECODERS, model_dir
+
+        if spec[6:] in DECODERS:  # a cached registry decoder by name (`docrefrag models fetch NAME`)
+            return LocalChatModel(path=model_dir(spec[6:]))
         path = Path(spec[6:]).expanduser()
         problem = _local_model_problem(path)
         if problem:

@@ -67,7 +67,7 @@ class ModelNotFoundError(RuntimeError):
         self.name, self.path = name, path
         super().__init__(
             f"model {name!r} is not in the cache (looked at {path}: {reason}); "
-            f"run `docrefrag models fetch` to download it"
+            f"run `docrefrag models fetch{'' if name in DEFAULT_FETCH else ' ' + name}` to download it"
         )
 
 
@@ -194,6 +194,7 @@ MODELS: dict[str, ModelSpec] = {
         derive=partial(_dequantise_gguf, QWEN15_GGUF, "bfloat16"),
     ),
 }
+DECODERS = ("smollm2", "qwen-coder-0.5b", "qwen-coder-1.5b")  # the chat LMs among MODELS
 DEFAULT_FETCH = ("minilm", "smollm2")  # what `docrefrag models fetch` with no name caches
 
 

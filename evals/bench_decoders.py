@@ -6,8 +6,9 @@
 Each question is a single-page answerable MMLongBench-Doc question whose evidence page has a text
 layer; the answer agent's own chat path (`agents.answer.page_texts` + `answer_question`, the same
 prompt and normalisation as `ask --answerer chat`) reads the gold page alone, and the official
-`eval_score` scores the short answer. Per decoder: mean score, load time, prefill and decode
-tokens/s (from the chat model's usage counts and wall time), peak RSS of the process.
+`eval_score` scores the short answer. Per decoder: mean score, seconds per question (prefill and
+decode together), output tokens, load time, and the process's peak RSS so far (decoders measured
+in one process: each row's peak includes the earlier decoders').
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def measure(name: str, store: Store, questions, chars: int) -> dict:
     _load(path)
     load_s = time.perf_counter() - t0
     llm = LocalChatModel(path=path, max_new_tokens=32)
-    scores, rows, prompt_tokens, out_tokens, wall = [], [], 0, 0, 0.0
+    scores, rows, out_tokens, wall = [], [], 0, 0.0
     for q, doc_id in questions:
         pages = page_texts(store, [(doc_id, q.evidence_pages[0])], q.question, chars)
         t = time.perf_counter()

@@ -290,10 +290,19 @@ def test_invoke_llm_converts_errors_of_models_built_elsewhere(closed_url):
 def test_make_llm_accepts_its_forms(local):
     assert isinstance(make_llm(), LocalChatModel) and make_llm("local").path == local.path
     assert make_llm(f"local:{local.path}").path == local.path
+    assert make_llm("local:smollm2").path == local.path  # a registry decoder by name
     llm = make_llm("openai:qwen2.5:7b@http://127.0.0.1:9/v1", timeout=3, max_retries=4)
     assert (llm.model_name, llm.url, llm.retries, llm.request_timeout) == ("qwen2.5:7b", "http://127.0.0.1:9/v1", 4, 3)
     assert isinstance(make_llm("langchain_core.language_models.fake_chat_models:ParrotFakeChatModel"),
                       ParrotFakeChatModel)
+
+
+def test_a_registry_decoder_not_fetched_says_how_to_fetch_it(tmp_path, monkeypatch):
+    from docrefrag_core.weights import ModelNotFoundError
+
+    monkeypatch.setenv("DOCREFRAG_CACHE", str(tmp_path))
+    with pytest.raises(ModelNotFoundError, match="qwen-coder-1.5b.*docrefrag models fetch"):
+        make_llm("local:qwen-coder-1.5b")
 
 
 @pytest.mark.parametrize("spec", [
