@@ -2,7 +2,7 @@
 
 Two checks, averaged into the confidence: (1) lexical support, the share of the answer's words and
 numbers found in the cited chunk's page text (numbers must match exactly); (2) the chat model's
-Yes/No judgement on the cited evidence. An unanswerable answer is never "supported": it asks for
+judgement on the cited evidence: P(Yes) against No for a local model, its Yes/No reply otherwise. An unanswerable answer is never "supported": it asks for
 another round of search while rounds remain.
 """
 
@@ -46,9 +46,12 @@ def validate(question: str, answer: str, claims: list[Claim], pages: list[PageTe
     lexical = lexical_support(answer, evidence)
     scores = [lexical]
     if llm is not None:
-        reply = invoke_llm(llm, [HumanMessage(prompts.VALIDATE.format(evidence=evidence[:2000], question=question,
-                                                                      answer=answer))], stop=["\n"])
-        scores.append(1.0 if str(reply.content).strip().lower().startswith("yes") else 0.0)
+        prompt = prompts.VALIDATE.format(evidence=evidence[:2000], question=question, answer=answer)
+        if hasattr(llm, "yes_probabilities"):  # a local model: its P(Yes), not only which word wins
+            scores.append(llm.yes_probabilities([prompt])[0])
+        else:
+            reply = invoke_llm(llm, [HumanMessage(prompt)], stop=["\n"])
+            scores.append(1.0 if str(reply.content).strip().lower().startswith("yes") else 0.0)
     confidence = sum(scores) / len(scores)
     missing = "" if lexical >= 0.5 else f"the pages read do not contain {answer!r}"
     return Verdict(supported=confidence >= 0.5, confidence=round(confidence, 3), missing=missing)

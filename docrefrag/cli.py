@@ -374,6 +374,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         print(json.dumps(asdict(result), indent=2, default=str))
         return EXIT_OK
     print(f"answer: {result.answer}")
+    if result.withheld:
+        print(f"  withheld (no page read supports it): {result.withheld}")
     for claim in result.claims:
         for c in claim["citations"]:
             box = "" if c["bbox"] is None else " region (" + ", ".join(f"{v:.0f}" for v in c["bbox"]) + ")"

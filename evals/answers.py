@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_openai import ChatOpenAI
 from tqdm import tqdm
 
+from agents.answer import NOT_ANSWERABLE
 from agents.llm import LocalChatModel, invoke_llm
 from evals.datasets import Question, mmlongbench_format
 from evals.jsonl import load_rows
@@ -61,9 +62,13 @@ def extract_answer(extractor: BaseChatModel, question: str, response: str) -> tu
 
 
 def score(q: Question, pred: str | None) -> float:
-    if q.benchmark == "longdocurl":
-        return longdocurl_score(q.answer, longdocurl_prediction(pred), q.answer_format)
-    return mmlongbench_score(q.answer, pred, mmlongbench_format(q))
+    return _score(q.benchmark, q.answer, pred, q.answer_format)
+
+
+def _score(benchmark: str, answer: str, pred: str | None, answer_format: str) -> float:
+    if benchmark == "longdocurl":
+        return longdocurl_score(answer, longdocurl_prediction(pred), answer_format)
+    return mmlongbench_score(answer, pred, mmlongbench_format(answer_format))
 
 
 def first_round_hits(trace: list[dict]) -> list[dict]:
@@ -104,7 +109,9 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                    "evidence_pages": list(q.evidence_pages), "evidence_sources": list(q.evidence_sources),
                    "doc_type": q.doc_type, "task_tag": q.task, "retrieved": [h["page"] for h in retrieved],
                    "cited": [c["page"] for claim in result.claims for c in claim["citations"]],
-                   "confidence": result.confidence, "rounds": result.rounds, "seconds": result.seconds,
+                   "confidence": result.confidence, "withheld": result.withheld,
+                   "score_without_abstention": score(q, result.withheld) if result.withheld else None,
+                   "rounds": result.rounds, "seconds": result.seconds,
                    "ttft_s": result.ttft_s, "tokens": result.tokens}
             f.write(json.dumps(row) + "\n")
             f.flush()
@@ -126,9 +133,28 @@ def summarise(benchmark: str, rows: list[dict], extractor: str | None = None) ->
     if extractor:  # the same replies scored as they are: the extraction step's own effect
         extraction += f"; accuracy without extraction {np.mean([r['score_without_extraction'] for r in rows]):.3f}"
     return {"questions": len(rows), "extraction": extraction,
-            **asdict(summary),
+            **asdict(summary), **answerable_split(benchmark, rows),
             "evidence_in_top5": float(np.mean(hit)) if hit else None,
             "latency_s": {"p50": float(np.percentile(seconds, 50)), "p95": float(np.percentile(seconds, 95))},
             "ttft_s": {"p50": float(np.percentile(ttft, 50))},
             "tokens_mean": float(np.mean([r["tokens"] for r in rows])),
             "rounds_mean": float(np.mean([r["rounds"] for r in rows]))}
+
+
+def answerable_split(benchmark: str, rows: list[dict]) -> dict:
+    """Accuracy on the answerable and on the unanswerable questions, and the accuracy of always
+    answering "Not answerable" on the same questions (scored by the same official rules): the
+    baseline that an abstaining system must beat."""
+    answerable = [r for r in rows if r["answer"].strip() != NOT_ANSWERABLE]
+    unanswerable = [r for r in rows if r["answer"].strip() == NOT_ANSWERABLE]
+    always = [_score(benchmark, r["answer"], NOT_ANSWERABLE, r["answer_format"]) for r in rows]
+    abstained = [r for r in rows if r["pred"] is not None and r["pred"].strip() == NOT_ANSWERABLE]
+    unabstained = [r["score"] if r.get("score_without_abstention") is None else r["score_without_abstention"]
+                   for r in rows]  # the withheld answers given instead: what abstaining changed
+    return {"answerable": {"accuracy": float(np.mean([r["score"] for r in answerable])) if answerable else 0.0,
+                           "count": len(answerable)},
+            "unanswerable": {"accuracy": float(np.mean([r["score"] for r in unanswerable])) if unanswerable else 0.0,
+                             "count": len(unanswerable)},
+            "always_not_answerable": {"accuracy": float(np.mean(always)), "count": len(rows)},
+            "abstained": len(abstained), "withheld": sum(bool(r.get("withheld")) for r in rows),
+            "accuracy_without_abstention": float(np.mean(unabstained)) if rows else 0.0}

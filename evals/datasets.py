@@ -87,9 +87,10 @@ def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
     return questions
 
 
-def mmlongbench_format(q: Question) -> str:
-    """The answer format in MMLongBench-Doc's vocabulary (LongDocURL's Integer -> Int, ...)."""
-    return _LDU_FORMATS.get(q.answer_format, q.answer_format)
+def mmlongbench_format(q: Question | str) -> str:
+    """A question's answer format (or a format name) in MMLongBench-Doc's vocabulary (LongDocURL's Integer -> Int, ...)."""
+    fmt = q if isinstance(q, str) else q.answer_format
+    return _LDU_FORMATS.get(fmt, fmt)
 
 
 def document_sources(data_dir: Path) -> dict[str, Path]:

@@ -30,7 +30,11 @@ PLAN_MODES: tuple[PlanMode, ...] = ("disagreement", "always", "never")
 @dataclass(frozen=True)
 class AskConfig:
     max_rounds: int = field(default=2, metadata={"help": "retrieval rounds at most (1 = no refinement)"})
-    tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined"})
+    tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined (and, "
+                                                          "after the last round, the answer withheld; see abstain)"})
+    abstain: bool = field(default=True, metadata={
+        "help": "answer 'Not answerable' when no round's answer reaches the validator confidence tau (the "
+                "unsupported answer is reported as withheld); off: the best unsupported answer is given"})
     answerer: Literal["reader", "chat"] = field(default="reader", metadata={
         "help": "reader: the Doc-REFRAG reader over the pages' tokens; chat: the chat model over their text"})
     pages: int = field(default=3, metadata={"help": "pages the chat-model answerer reads"})

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from langchain_core.language_models import BaseChatModel
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from agents.answer import NOT_ANSWERABLE, is_unanswerable
 from graph.context import AskConfig, AskContext
 from graph.graph import build_graph
 from indexes.hybrid import HybridSearcher
@@ -31,6 +32,8 @@ class AskResult:
     tokens: int  # LLM output tokens of the answer generations
     thread_id: str  # checkpoint id: inspect or resume the run
     trace: list[dict] = field(default_factory=list)
+    withheld: str = ""  # the best answer found when no round's validation supported it (the answer is then
+    # "Not answerable"; AskConfig.abstain)
 
 
 def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question: str,
@@ -43,7 +46,11 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
     A run that fails (a dead LLM endpoint) keeps its checkpoint; the error carries a note with its
     run id. `resume=True` continues the unfinished run `thread_id` from its last checkpoint (its
     own question; `question` is ignored); the trace then covers the whole run. A new question on a
-    used `thread_id` starts afresh and its result holds only its own trace."""
+    used `thread_id` starts afresh and its result holds only its own trace.
+
+    The answer is the best-validated round's; when even that one's validator confidence is below
+    `config.tau` (no round found support), the answer is "Not answerable" and the unsupported
+    answer is kept in `withheld` (unless `config.abstain` is off)."""
     config = config or AskConfig()
     if reader is None and config.needs_reader:
         raise ValueError("this AskConfig reads or reranks with the Doc-REFRAG reader: pass reader=..., "
@@ -78,7 +85,10 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
     best = state.get("best") or {"answer": state.get("answer", ""), "claims": state.get("claims", []),
                                  "verdict": state.get("verdict", {})}  # the best-validated round's answer
     verdict = best["verdict"]
-    return AskResult(question=state.get("question", question), answer=best["answer"], claims=best["claims"],
+    answer, claims, withheld = best["answer"], best["claims"], ""
+    if config.abstain and float(verdict.get("confidence", 0.0)) < config.tau and not is_unanswerable(answer):
+        answer, claims, withheld = NOT_ANSWERABLE, [], answer  # no round found support: abstain, say what was found
+    return AskResult(question=state.get("question", question), answer=answer, claims=claims, withheld=withheld,
                      confidence=float(verdict.get("confidence", 0.0)), rounds=int(state.get("round", 1)),
                      seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s") or 0.0),
                      tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", [])[earlier:])

@@ -343,3 +343,20 @@ def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tm
     questions = load_questions("mmlongbench", tmp_path)
     assert [q.question for q in single_evidence_questions(questions, docs, 10)] == ["Q0?", "Q7?"]
     assert [q.question for q in single_evidence_questions(questions, docs, 1)] == ["Q0?"]
+
+
+def test_answers_are_reported_answerable_and_unanswerable_next_to_always_abstaining():
+    from evals.answers import answerable_split
+
+    def row(answer, pred, score, withheld="", unabstained=None):
+        return {"answer": answer, "answer_format": "None" if answer == "Not answerable" else "Int", "pred": pred,
+                "score": score, "withheld": withheld, "score_without_abstention": unabstained}
+
+    rows = [row("4812", "4812", 1.0), row("17", "Not answerable", 0.0, withheld="17", unabstained=1.0),
+            row("3", "5", 0.0), row("Not answerable", "Not answerable", 1.0, withheld="9", unabstained=0.0)]
+    split = answerable_split("mmlongbench", rows)
+    assert split["answerable"] == {"accuracy": 1 / 3, "count": 3}
+    assert split["unanswerable"] == {"accuracy": 1.0, "count": 1}
+    assert split["always_not_answerable"] == {"accuracy": 0.25, "count": 4}  # scored by the official rules
+    assert (split["abstained"], split["withheld"]) == (2, 2)
+    assert split["accuracy_without_abstention"] == 0.5  # the withheld answers given instead: 1 + 1 + 0 + 0

@@ -273,14 +273,29 @@ def test_refinement_stops_at_max_rounds(dr):
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
-    assert result.rounds == 2 and result.answer == "Southport" and result.confidence == 0.0
+    assert result.rounds == 2 and result.confidence == 0.0
+    # no round found support: the run abstains and says what it withheld
+    assert (result.answer, result.withheld, result.claims) == ("Not answerable", "Southport", [])
+
+
+def test_an_answer_supported_in_the_last_round_is_not_withheld(dr):
+    llm, _ = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    assert (result.answer, result.withheld) == ("4,812", "")
+
+
+def test_abstention_can_be_turned_off(dr):
+    llm, _ = scripted(HYDE, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1, abstain=False))
+    assert (result.answer, result.withheld, result.confidence) == ("Southport", "", 0.0)
 
 
 def test_the_best_validated_round_is_the_answer(dr):
     # round 1: "4,812" is on the page (lexical support 1) but the model says No: confidence 0.5 < tau 0.9;
     # round 2: "Southport" is not on any page read and the model says No: 0.0. The run answers round 1's.
     llm, seen = scripted(HYDE, "4,812", "No", NEW_QUERY, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2, tau=0.9))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2, tau=0.9,
+                                                        abstain=False))
     assert [e["confidence"] for e in entries(result.trace, "validate")] == [0.5, 0.0]
     assert (result.answer, result.confidence, result.rounds) == ("4,812", 0.5, 2)
     assert result.claims[0]["citations"][0]["page"] == ANSWER_PAGE
