@@ -19,16 +19,13 @@ Other exceptions (a rejected key, a bad request) pass through untouched.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +44,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import Field, model_validator
 
 from agents.plugins import load_object
+from docrefrag_core.decoding import load_causal_lm, token_steps
 
 logger = logging.getLogger(__name__)
 
@@ -71,53 +69,6 @@ class LLMUnavailableError(RuntimeError):
 
 
 # ---------------------------------------------------------------- the local model
-
-
-@dataclass(frozen=True)
-class _Loaded:
-    tokenizer: Any
-    model: Any
-    stop_ids: frozenset[int]
-    max_positions: int
-    cache_kw: str  # the forward argument that takes the KV cache: "cache" in recent transformers
-    # (5.24 here), "past_key_values" in older ones (deprecated, to be removed in 5.40)
-
-
-_LOADED: dict[Path, _Loaded] = {}
-_LOAD_LOCK = threading.Lock()
-
-
-def _load(path: Path) -> _Loaded:
-    """The tokenizer and model at `path`, loaded once per process (agents share one copy)."""
-    with _LOAD_LOCK:
-        if path not in _LOADED:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            t0 = time.perf_counter()
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            except Exception as e:  # OSError, bad JSON, a missing tokenizer backend
-                raise _unloadable(path, e) from e
-            if not tokenizer.chat_template:  # before the weights: a large base model is refused at once
-                raise ValueError(f"the tokenizer at {path} has no chat template; LocalChatModel needs an instruct model")
-            try:
-                # the weights' own dtype (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders)
-                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype="auto").eval()
-            except Exception as e:  # a damaged safetensors header, state-dict shapes, an unknown architecture
-                raise _unloadable(path, e) from e
-            eos = model.generation_config.eos_token_id
-            stop_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
-            cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-            _LOADED[path] = _Loaded(tokenizer, model, frozenset(stop_ids), int(model.config.max_position_embeddings),
-                                    cache_kw)
-            logger.info("loaded %s in %.1f s", path, time.perf_counter() - t0)
-        return _LOADED[path]
-
-
-def _unloadable(path: Path, e: Exception) -> ValueError:
-    first = (str(e).splitlines() or [""])[0] or type(e).__name__
-    return ValueError(f"the chat model at {path} could not be loaded ({first}); check that the folder holds a "
-                      "complete Hugging Face causal LM (config, tokenizer, weights)")
 
 
 _ROLES = {SystemMessage: "system", HumanMessage: "user", AIMessage: "assistant"}
@@ -147,31 +98,19 @@ def _holdback(text: str, stops: Sequence[str]) -> int:
     return keep
 
 
-def _next_tokens(lm: _Loaded, ids: torch.Tensor, temperature: float | None) -> Iterator[int]:
-    """Endlessly, the next token after `ids` (1, T): greedy, or sampled when `temperature` > 0.
-    A KV cache carries the context; only the last position's logits are computed."""
-    cache = None
-    while True:
-        with torch.inference_mode():
-            out = lm.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{lm.cache_kw: cache})
-        cache = out[lm.cache_kw]
-        logits = out.logits[0, -1].float()  # (V,)
-        if temperature:
-            nxt = int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1))
-        else:
-            nxt = int(logits.argmax())
-        yield nxt
-        ids = torch.tensor([[nxt]])  # (1, 1)
-
-
 class LocalChatModel(BaseChatModel):
     """A transformers causal LM from a local directory (default: the cached SmolLM2-135M-Instruct)
     as a LangChain chat model.
 
     Greedy decoding unless `temperature > 0`; `stop` sequences cut the reply (the stop text is not
     returned); `usage_metadata` counts prompt tokens and sampled tokens. Invoke and stream run the
-    same token loop (KV cache, logits of the last position only), so a greedy stream concatenates
-    to the invoke text. `max_new_tokens` and `temperature` can be overridden per call
+    same token loop (`decoding.token_steps`: KV cache, logits of the last position only), so a
+    greedy stream concatenates to the invoke text. The last chunk's `response_metadata["logprobs"]`
+    holds the model's own log-probability (temperature 1) of each sampled token before the
+    end-of-sequence token (the token a stop sequence begins in is included). The weights are loaded
+    once per process (`decoding.load_causal_lm`) and shared with every LocalChatModel and reader
+    over the same directory and dtype; a reader's LoRA never acts on these replies.
+    `max_new_tokens` and `temperature` can be overridden per call
     (`model.invoke(msgs, max_new_tokens=32)` or `.bind(...)`). A trailing AI message is a prefill:
     the reply continues it (as the benchmark's answer extractor expects). Torch's thread count is
     left as the process configured it.
@@ -212,7 +151,7 @@ class LocalChatModel(BaseChatModel):
         if kwargs:
             raise TypeError(f"LocalChatModel takes max_new_tokens and temperature per call; got {sorted(kwargs)}")
         stops = [s for s in stop or [] if s]
-        lm = _load(self.path)
+        lm = load_causal_lm(self.path, chat=True)
         prefill = bool(messages) and isinstance(messages[-1], AIMessage)  # a trailing AI message is continued
         prompt = lm.tokenizer.apply_chat_template(_chat_turns(messages), tokenize=False, add_generation_prompt=not prefill,
                                                   continue_final_message=prefill)
@@ -222,12 +161,15 @@ class LocalChatModel(BaseChatModel):
             raise ValueError(f"the prompt has {n_in} tokens; with max_new_tokens={max_new_tokens} that exceeds the "
                              f"{lm.max_positions} positions of {self.path.name}; shorten the prompt or lower max_new_tokens")
         tokens: list[int] = []
+        logprobs: list[float] = []
         text, sent, finish, n_out = "", 0, "length", 0
-        for n_out, nxt in enumerate(itertools.islice(_next_tokens(lm, ids, temperature), max_new_tokens), 1):
-            if nxt in lm.stop_ids:
+        steps = token_steps(lm.model, input_ids=ids, temperature=temperature)
+        for n_out, (nxt, logp) in enumerate(itertools.islice(steps, max_new_tokens), 1):
+            if int(nxt[0]) in lm.stop_ids:
                 finish = "stop"
                 break
-            tokens.append(nxt)
+            tokens.append(int(nxt[0]))
+            logprobs.append(float(logp[0]))
             # without clean-up, decoding more tokens never changes the text already decoded
             text = lm.tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             cut = min((i for i in (text.find(s, sent) for s in stops) if i >= 0), default=-1)
@@ -245,7 +187,8 @@ class LocalChatModel(BaseChatModel):
         last = ChatGenerationChunk(message=AIMessageChunk(
             content=text[sent:], usage_metadata=usage, chunk_position="last",
             response_metadata={"model_name": self.path.name, "finish_reason": finish,
-                               "token_usage": {"prompt_tokens": n_in, "completion_tokens": n_out}},
+                               "token_usage": {"prompt_tokens": n_in, "completion_tokens": n_out},
+                               "logprobs": logprobs},
         ))
         if run_manager:
             run_manager.on_llm_new_token(last.text, chunk=last)
@@ -255,7 +198,7 @@ class LocalChatModel(BaseChatModel):
         """P("Yes") against "No" as the first token of the reply to each user prompt (the model's
         next-token logits once the assistant turn opens; "Yes"/" Yes" and "No"/" No" pooled), in
         batches with left padding (positions counted from each prompt's first token)."""
-        lm = _load(self.path)
+        lm = load_causal_lm(self.path, chat=True)
         tok = lm.tokenizer
         yes, no = ([*{tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")}] for word in ("Yes", "No"))
         texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)

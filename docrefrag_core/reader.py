@@ -13,15 +13,15 @@ too. Without regions (the synthetic training examples), a chosen chunk's k grid 
 place, each through `TokenAligner`.
 
 The decoder is any Hugging Face causal LM (default SmolLM2-135M-Instruct from the cached weights)
-with LoRA adapters on its attention projections (peft). The same reader answers (greedy decoding
-with a token bound; the expanded chunks become region citations) and reranks pages (the
+with LoRA adapters on its attention projections (peft); its weights are loaded once per process
+and it decodes with the chat model's token loop (`decoding`). The same reader answers (greedy
+decoding with a token bound; the expanded chunks become region citations) and reranks pages (the
 probability of "Yes" over each page's compressed chunks, all pages in one batch).
 """
 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import time
@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from docrefrag_core.config import ReaderConfig
+from docrefrag_core.decoding import load_causal_lm, shared_weights_copy, token_steps
 from docrefrag_core.projector import ChunkProjector, TokenAligner
 from docrefrag_core.selector import ChunkSelector, Selector, budget
 
@@ -66,6 +67,10 @@ class ReaderOutput:
 
 
 class DocRefragReader(nn.Module):
+    """The reader over `decoder`, which it leaves as it is: LoRA goes into a module tree of its own
+    over the decoder's (frozen) tensors (`decoding.shared_weights_copy`), so a chat model over the
+    same loaded decoder keeps answering without the adapters."""
+
     def __init__(self, decoder: nn.Module, tokenizer: Any, config: ReaderConfig, embed_question: QuestionEmbedder,
                  lora: bool = True) -> None:
         super().__init__()
@@ -77,11 +82,11 @@ class DocRefragReader(nn.Module):
         self.decoder_id = decoder_fingerprint(decoder)
         self.checkpoint_id: str | None = None  # sha256 of the loaded checkpoint's manifest (load_reader sets it)
         self.decoder_path: str | None = None  # the decoder's directory when it is not the default (load_reader)
-        self.cache_kw = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
         self.norm = nn.LayerNorm(config.token_dim)
         self.projector = ChunkProjector(config)
         self.aligner = TokenAligner(config)
         self.selector = ChunkSelector(config)
+        decoder = shared_weights_copy(decoder)
         for p in decoder.parameters():
             p.requires_grad_(False)
         if lora:
@@ -229,12 +234,12 @@ class DocRefragReader(nn.Module):
                      ) -> tuple[list[list[int]], float, float]:
         """Greedy decoding of B inputs of the same length (B, S, hidden), each row stopping at its own
         stop token or line break: (token ids per row, time to first token, time per later step)."""
-        out = self.decoder(inputs_embeds=embeds, use_cache=True, logits_to_keep=1)
-        next_ids = out.logits[:, -1].argmax(-1)  # (B,)
+        steps = token_steps(self.decoder, inputs_embeds=embeds)
+        next_ids, _ = next(steps)  # (B,)
         ttft = time.perf_counter() - start
         rows: list[list[int]] = [[] for _ in range(embeds.shape[0])]
         done = [False] * embeds.shape[0]
-        steps, t1 = 0, time.perf_counter()
+        n, t1 = 0, time.perf_counter()
         while True:
             for b, token in enumerate(next_ids.tolist()):
                 if not done[b]:
@@ -245,11 +250,9 @@ class DocRefragReader(nn.Module):
                         done[b] = len(rows[b]) >= max_new_tokens
             if all(done):
                 break
-            out = self.decoder(input_ids=next_ids[:, None], use_cache=True, logits_to_keep=1,
-                               **{self.cache_kw: out[self.cache_kw]})
-            next_ids = out.logits[:, -1].argmax(-1)
-            steps += 1
-        return rows, ttft, (time.perf_counter() - t1) / max(steps, 1)
+            next_ids, _ = next(steps)
+            n += 1
+        return rows, ttft, (time.perf_counter() - t1) / max(n, 1)
 
     def yes_logits(self, question: str, tokens: torch.Tensor) -> torch.Tensor:
         """(n,) log-odds of "Yes" against "No" for each page read alone, compressed, in one batch."""
@@ -293,16 +296,16 @@ def decoder_fingerprint(decoder: nn.Module) -> str:
 
 
 def load_decoder(path: Path | str) -> tuple[nn.Module, Any]:
-    """A Hugging Face causal LM and its tokenizer from a local directory (never a hub download)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """A Hugging Face causal LM in float32 and its tokenizer from a local directory (never a hub
+    download), through the process's one loader (`decoding.load_causal_lm`). The reader runs in
+    float32 (its trained parts and their checkpoints are float32), so it shares the chat model's
+    copy of a float32 decoder (SmolLM2) and loads a bfloat16 one (the Qwen decoders) apart."""
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"no decoder at {path} (no config.json); run `docrefrag models fetch` or pass "
                                 f"the directory of a Hugging Face causal LM")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
-    return model, tokenizer
+    lm = load_causal_lm(path, dtype=torch.float32)
+    return lm.model, lm.tokenizer
 
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "reader"

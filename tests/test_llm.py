@@ -13,6 +13,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models load with local_files_only=True anyway
 
 import asyncio
+import itertools
 import json
 import re
 import socket
@@ -23,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
+import torch
 from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
@@ -72,10 +74,65 @@ def test_yes_probabilities_are_the_same_batched_or_one_by_one(local):
 
 
 def test_local_model_is_loaded_once(local):
-    from agents.llm import _load
+    from docrefrag_core.decoding import load_causal_lm
 
     again = LocalChatModel(path=local.path)
-    assert _load(again.path) is _load(local.path)
+    assert load_causal_lm(again.path) is load_causal_lm(local.path) is load_causal_lm(local.path, torch.float32)
+
+
+def test_local_reply_carries_the_greedy_tokens_log_probabilities(local):
+    """Each logprob is the log-softmax of the argmax logit at its position, as one forward pass over
+    the prompt and the reply's tokens (no KV cache) computes it."""
+    from docrefrag_core.decoding import load_causal_lm, token_steps
+
+    reply = local.invoke(QUESTION, max_new_tokens=8)
+    logprobs = reply.response_metadata["logprobs"]
+    finish = reply.response_metadata["finish_reason"]
+    assert len(logprobs) == reply.usage_metadata["output_tokens"] - (finish == "stop") > 0
+    lm = load_causal_lm(local.path)
+    prompt = lm.tokenizer.apply_chat_template([{"role": "system", "content": QUESTION[0].text},
+                                               {"role": "user", "content": QUESTION[1].text}],
+                                              tokenize=False, add_generation_prompt=True)
+    ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    steps = itertools.islice(token_steps(lm.model, input_ids=torch.tensor([ids])), len(logprobs))
+    tokens = [int(t[0]) for t, _ in steps]
+    assert lm.tokenizer.decode(tokens, skip_special_tokens=True) == reply.text  # the reply's own tokens
+    with torch.inference_mode():
+        logits = lm.model(input_ids=torch.tensor([ids + tokens])).logits[0, len(ids) - 1:-1]  # (t, V)
+    manual = torch.log_softmax(logits.float(), dim=-1)
+    assert manual.argmax(-1).tolist() == tokens
+    assert logprobs == pytest.approx(manual.max(-1).values.tolist(), abs=1e-4)
+    assert all(lp <= 0 for lp in logprobs)
+
+
+def test_a_reader_shares_the_chat_models_weights_and_its_lora_leaves_the_replies_alone(local):
+    """The shipped reader (trained LoRA on q_proj and v_proj) over the same SmolLM2 holds the very
+    tensors the chat model runs, yet the chat reply and yes-probabilities are what they were."""
+    import numpy as np
+
+    from docrefrag_core.checkpoint import read_checkpoint_config
+    from docrefrag_core.decoding import load_causal_lm
+    from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
+
+    prompts = ["Is Paris in France?"]
+    before, yes_before = local.invoke(QUESTION).text, local.yes_probabilities(prompts)
+    reader = load_reader(DEFAULT_CHECKPOINT, embed_question=lambda texts: np.zeros((len(texts), 384), np.float32),
+                         encoder_id=read_checkpoint_config(DEFAULT_CHECKPOINT)["encoder_id"])
+    chat = load_causal_lm(local.path).model
+    lora_b = [p for n, p in reader.decoder.named_parameters() if "lora_B" in n]
+    assert lora_b and all(p.abs().sum() > 0 for p in lora_b)  # trained adapters
+    ours = dict(chat.named_parameters())
+    theirs = {n.removeprefix("base_model.model.").replace(".base_layer", ""): p
+              for n, p in reader.decoder.named_parameters() if "lora_" not in n}
+    assert theirs.keys() == ours.keys()
+    assert all(theirs[n].data_ptr() == p.data_ptr() for n, p in ours.items())  # one copy of the weights
+    q_chat = chat.model.layers[0].self_attn.q_proj
+    q_reader = reader.decoder.get_base_model().model.layers[0].self_attn.q_proj
+    x = torch.randn(2, q_chat.in_features)
+    with torch.no_grad():
+        assert type(q_chat) is torch.nn.Linear and not torch.allclose(q_reader(x), q_chat(x))  # LoRA in the reader only
+    assert local.invoke(QUESTION).text == before
+    assert local.yes_probabilities(prompts) == yes_before
 
 
 def test_local_stop_truncates(local):

@@ -117,6 +117,46 @@ def test_answer_decodes_greedily_within_the_bound_and_reports_its_expansions(tok
     assert again.text == out.text  # greedy: deterministic
 
 
+def test_a_batch_decodes_each_row_as_it_decodes_alone_and_stops_each_row_on_its_own(tokenizer):
+    import time
+
+    reader = tiny_reader(tokenizer)
+    with torch.no_grad():  # two rows of one length: the same question over other pages, compressed
+        embeds = torch.stack([reader.build("Which year?", c, torch.zeros(c.shape[:2], dtype=torch.bool),
+                                           ANSWER_SUFFIX).embeds for c in (reader.chunks(pages(2, seed=s)) for s in (1, 2))])
+        start = time.perf_counter()
+        rows, ttft, tpot = reader.decode_batch(embeds, 6, start, stop=False)
+        alone = [reader.decode(e, 6, start, stop=False)[0] for e in embeds]
+    assert rows == alone and all(len(r) == 6 for r in rows) and 0 < ttft and 0 < tpot
+    reader.stop_ids = {rows[0][2]}  # row 0 stops by its third token, row 1 only where it meets that token
+
+    def until_stop(row: list[int]) -> list[int]:
+        ends = [i for i, t in enumerate(row) if t in reader.stop_ids or "\n" in tokenizer.decode([t])]
+        return row[:ends[0]] if ends else row
+
+    with torch.no_grad():
+        cut, _, _ = reader.decode_batch(embeds, 6, start, stop=True)
+    assert cut == [until_stop(r) for r in rows] and len(cut[0]) <= 2
+
+
+def test_the_reader_leaves_the_decoder_it_is_given_without_lora(tokenizer):
+    """LoRA goes into the reader's own modules over the same tensors: the caller's decoder (a chat
+    model's, say) is untouched."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                           num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)).eval()
+    config = ReaderConfig(token_dim=D, question_dim=Q, hidden=32, projector_hidden=48, selector_dim=32,
+                          selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8)
+    reader = DocRefragReader(decoder, tokenizer, config, lambda texts: np.zeros((len(texts), Q)))
+    assert not any("lora_" in n for n, _ in decoder.named_parameters())
+    assert type(decoder.model.layers[0].self_attn.q_proj) is torch.nn.Linear
+    shared = reader.decoder.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
+    assert shared is decoder.model.layers[0].self_attn.q_proj.weight
+    reader.train()
+    assert not decoder.training
+
+
 def test_relevance_is_a_probability_per_page_and_batches_agree(tokenizer):
     reader = tiny_reader(tokenizer)
     tokens = pages(5)

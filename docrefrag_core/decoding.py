@@ -1,0 +1,148 @@
+"""Loading a local causal LM once, and stepping it token by token over a KV cache.
+
+`load_causal_lm(path, dtype)` loads the tokenizer and model of a Hugging Face directory once per
+resolved path and dtype in a process: the chat model (`agents.llm.LocalChatModel`, which the
+planner, validator and answer agent share) and the reader (`reader.load_decoder`) over the same
+directory get the same copy when they ask for the same dtype. `token_steps` is the one greedy (or
+sampled) decoding loop both run: from input ids (the chat prompt) or input embeddings (the
+reader's compressed pages), it yields each step's next token per row and its log-probability.
+
+The reader wraps the decoder with LoRA (peft injects its layers into the modules it is given), so
+it takes `shared_weights_copy(model)`: a module tree of its own over the same weight tensors. The
+chat model's modules never hold an adapter, and no adapter state is switched per call (which
+would race between threads).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedLM:
+    """A loaded causal LM and what decoding it needs."""
+
+    path: Path  # resolved
+    tokenizer: Any
+    model: Any
+    stop_ids: frozenset[int]  # the tokenizer's and the generation config's end-of-sequence ids
+    max_positions: int
+
+
+_LOADED: dict[tuple[Path, torch.dtype | None], LoadedLM] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_causal_lm(path: Path | str, dtype: torch.dtype | None = None, chat: bool = False) -> LoadedLM:
+    """The tokenizer and model (in eval mode) at `path`, loaded once per process for each resolved
+    path and dtype; thread-safe. `dtype` None: the weights' own, as their config.json states it
+    (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders). `chat`: refuse a tokenizer
+    without a chat template, before the weights load (a large base model is refused at once).
+    Anything unloadable is one ValueError naming the folder."""
+    path = Path(path).expanduser().resolve()
+    with _LOAD_LOCK:
+        key = (path, dtype if dtype is not None else _stated_dtype(path))
+        lm = _LOADED.get(key)
+        if lm is None:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            t0 = time.perf_counter()
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            except Exception as e:  # OSError, bad JSON, a missing tokenizer backend
+                raise _unloadable(path, e) from e
+            _check_chat(path, tokenizer, chat)
+            try:
+                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                             dtype=key[1] or "auto").eval()
+            except Exception as e:  # a damaged safetensors header, state-dict shapes, an unknown architecture
+                raise _unloadable(path, e) from e
+            eos = model.generation_config.eos_token_id
+            stop_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
+            lm = LoadedLM(path, tokenizer, model, frozenset(stop_ids), int(model.config.max_position_embeddings))
+            _LOADED[key] = lm
+            _LOADED.setdefault((path, model.dtype), lm)  # a dtype the config did not state, found on loading
+            logger.info("loaded %s (%s) in %.1f s", path, model.dtype, time.perf_counter() - t0)
+        _check_chat(path, lm.tokenizer, chat)
+        return lm
+
+
+@functools.cache
+def _stated_dtype(path: Path) -> torch.dtype | None:
+    """The dtype config.json states (`dtype`, or the older `torch_dtype`), None if none (read once)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise _unloadable(path, e) from e
+    name = (config.get("dtype") or config.get("torch_dtype")) if isinstance(config, dict) else None
+    value = getattr(torch, name, None) if isinstance(name, str) else None
+    return value if isinstance(value, torch.dtype) else None
+
+
+def _check_chat(path: Path, tokenizer: Any, chat: bool) -> None:
+    if chat and not tokenizer.chat_template:
+        raise ValueError(f"the tokenizer at {path} has no chat template; LocalChatModel needs an instruct model")
+
+
+def _unloadable(path: Path, e: Exception) -> ValueError:
+    first = (str(e).splitlines() or [""])[0] or type(e).__name__
+    return ValueError(f"the model at {path} could not be loaded ({first}); check that the folder holds a "
+                      "complete Hugging Face causal LM (config, tokenizer, weights)")
+
+
+def shared_weights_copy(model: nn.Module) -> nn.Module:
+    """A new module tree over the same parameter and buffer tensors: layers injected into it (peft's
+    LoRA) and its train/eval mode stay its own, while the weights are stored once. Moving either
+    tree (`.to`) moves the shared tensors."""
+    memo = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo)
+
+
+def cache_kw(model: nn.Module) -> str:
+    """The forward argument that takes the KV cache: "cache" in recent transformers (5.24 here),
+    "past_key_values" in older ones (deprecated, to be removed in 5.40). A peft model is asked
+    about the model it wraps (its own forward takes **kwargs)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def token_steps(model: nn.Module, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
+                temperature: float | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endlessly, the next token of each of B rows and its log-probability, (B,) ids and (B,) floats,
+    after `input_ids` (B, T) or `inputs_embeds` (B, T, H) (rows of one length, no padding): greedy,
+    or sampled when `temperature` > 0. The log-probabilities are the model's own (temperature 1)
+    whatever the sampling temperature. A KV cache carries the context, only the last position's
+    logits are computed, and each step runs in inference mode (no autograd graph); the caller
+    decides when to stop."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("token_steps starts from input_ids or inputs_embeds, exactly one of them")
+    kw = cache_kw(model)
+    inputs = {"input_ids": input_ids.to(model.device)} if input_ids is not None else {"inputs_embeds": inputs_embeds}
+    cache = None
+    while True:
+        with torch.inference_mode():
+            out = model(**inputs, use_cache=True, logits_to_keep=1, **{kw: cache})
+            cache = out[kw]
+            logits = out.logits[:, -1].float()  # (B, V)
+            if temperature:
+                nxt = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1).squeeze(-1)  # (B,)
+            else:
+                nxt = logits.argmax(-1)  # (B,)
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)  # (B,)
+        yield nxt, logp
+        inputs = {"input_ids": nxt[:, None]}  # (B, 1)
