@@ -360,3 +360,20 @@ def test_answers_are_reported_answerable_and_unanswerable_next_to_always_abstain
     assert split["always_not_answerable"] == {"accuracy": 0.25, "count": 4}  # scored by the official rules
     assert (split["abstained"], split["withheld"]) == (2, 2)
     assert split["accuracy_without_abstention"] == 0.5  # the withheld answers given instead: 1 + 1 + 0 + 0
+
+
+def test_abstention_signals_are_ranked_by_auroc_and_scored_as_abstaining_below_a_cut():
+    from evals.bench_abstention import auroc, summarise
+
+    assert auroc([0.9, 0.8], [0.1, 0.8]) == 0.875  # 3 of 4 pairs ordered, one tie counted half
+    rows = [{"answerable": True, "score": 1.0, "abstain_score": 0.0, "confidence": 0.9, "lexical": 1.0, "answer_logprob": -0.1},
+            {"answerable": True, "score": 0.0, "abstain_score": 0.0, "confidence": 0.3, "lexical": 0.0, "answer_logprob": -2.0},
+            {"answerable": False, "score": 0.0, "abstain_score": 1.0, "confidence": 0.2, "lexical": 1.0, "answer_logprob": -1.0},
+            {"answerable": False, "score": 1.0, "abstain_score": 1.0, "confidence": None, "lexical": None,
+             "answer_logprob": None}]  # the system abstained itself
+    out = summarise(rows)
+    assert (out["answered"], out["accuracy_as_answered"], out["always_not_answerable"]) == (3, 0.5, 0.5)
+    confidence = out["signals"]["confidence"]
+    assert (confidence["auroc"], confidence["right"], confidence["wrong"]) == (1.0, 1, 2)
+    assert confidence["accuracy_abstaining_below"]["0.500"] == 0.75  # rows 2 and 3 abstain: row 3 becomes right
+    assert out["signals"]["lexical"]["auroc"] == 0.75
