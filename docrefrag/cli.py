@@ -346,6 +346,8 @@ def _ask_config(args: argparse.Namespace) -> AskConfig:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    from agents.answer import is_unanswerable
+
     config = _ask_config(args)
 
     def show(node: str, update: dict) -> None:
@@ -375,7 +377,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"answer: {result.answer}")
     if result.withheld:
-        print(f"  withheld (no page read supports it): {result.withheld}")
+        print(f"  withheld: {result.withheld!r} is not supported by the pages read ({result.unsupported_reason})")
+    elif not result.supported and not is_unanswerable(result.answer):
+        print(f"  NOT SUPPORTED by the pages read: {result.unsupported_reason}")
     for claim in result.claims:
         for c in claim["citations"]:
             box = "" if c["bbox"] is None else " region (" + ", ".join(f"{v:.0f}" for v in c["bbox"]) + ")"

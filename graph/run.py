@@ -34,6 +34,8 @@ class AskResult:
     trace: list[dict] = field(default_factory=list)
     withheld: str = ""  # the best answer found when no round's validation supported it (the answer is then
     # "Not answerable"; AskConfig.abstain)
+    supported: bool = False  # the best round's validator confidence reached AskConfig.tau
+    unsupported_reason: str = ""  # when not supported: what the validation found missing, in one sentence
 
 
 def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question: str,
@@ -86,9 +88,19 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
                                  "verdict": state.get("verdict", {})}  # the best-validated round's answer
     verdict = best["verdict"]
     answer, claims, withheld = best["answer"], best["claims"], ""
-    if config.abstain and float(verdict.get("confidence", 0.0)) < config.tau and not is_unanswerable(answer):
+    confidence = float(verdict.get("confidence", 0.0))
+    supported = confidence >= config.tau
+    if config.abstain and not supported and not is_unanswerable(answer):
         answer, claims, withheld = NOT_ANSWERABLE, [], answer  # no round found support: abstain, say what was found
     return AskResult(question=state.get("question", question), answer=answer, claims=claims, withheld=withheld,
-                     confidence=float(verdict.get("confidence", 0.0)), rounds=int(state.get("round", 1)),
+                     supported=supported, unsupported_reason="" if supported else unsupported_reason(verdict, config.tau),
+                     confidence=confidence, rounds=int(state.get("round", 1)),
                      seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s") or 0.0),
                      tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", [])[earlier:])
+
+
+def unsupported_reason(verdict: dict, tau: float) -> str:
+    """Why the validation did not support an answer: what the pages lack, or the validator's confidence."""
+    missing = verdict.get("missing") or ""
+    judged = f"the validator's confidence {float(verdict.get('confidence', 0.0)):.2f} is below {tau:.2f}"
+    return f"{missing}; {judged}" if missing else judged

@@ -136,6 +136,11 @@ def unavailable_llm() -> GenericFakeChatModel:
     return scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))[0]
 
 
+def unsupported_llm() -> GenericFakeChatModel:
+    """An `--llm module:factory` model that answers a value found on no page and judges it unsupported."""
+    return scripted("Southport", "No")[0]
+
+
 def reverse_rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
     """A replacement rerank node: the retrieved pages in reverse order."""
     hits = state["hits"][::-1]
@@ -632,6 +637,26 @@ def test_cli_llm_failure_is_one_line(tmp_path, ingest, light_pdf):
     assert proc.stdout == "" and "Traceback" not in proc.stderr, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("error: LLM endpoint http://127.0.0.1:9/v1 refused the connection")
+
+
+@pytest.mark.parametrize("abstain", [True, False], ids=["abstains", "answers"])
+def test_cli_says_in_one_line_when_the_answer_is_not_supported(tmp_path, ingest, light_pdf, capsys, abstain):
+    from docrefrag.cli import main
+
+    with Store(tmp_path / "store", create=True) as store:
+        ingest(store, light_pdf(tmp_path / "survey.pdf", 1))
+    (tmp_path / "ask.toml").write_text(f"abstain = {str(abstain).lower()}\nhyde = 'never'\nmax_rounds = 1\n")
+    assert main(["ask", QUESTION, "--store", str(tmp_path / "store"), "--quiet", "--answerer", "chat",
+                 "--config", str(tmp_path / "ask.toml"), "--llm", f"{__name__}:unsupported_llm"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    reason = "the pages read do not contain 'Southport'; the validator's confidence 0.00 is below 0.50"
+    if abstain:
+        assert out[0] == "answer: Not answerable"
+        assert out[1] == f"  withheld: 'Southport' is not supported by the pages read ({reason})"
+    else:
+        assert out[0] == "answer: Southport"
+        assert out[1] == f"  NOT SUPPORTED by the pages read: {reason}"
+    assert out[-1].startswith("confidence 0.00, 1 round(s)")
 
 
 # ---------------------------------------------------------------- 6. planner rules
