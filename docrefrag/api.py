@@ -120,20 +120,31 @@ class DocRefrag:
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
         """Top-k pages for `query` (1-based page numbers), optionally within documents `doc`."""
-        store = self.open_store()
-        self._require_documents(store)
+        if not query.strip():
+            raise ValueError("the query is empty; pass some words to search for")
+        store = self._usable_store()
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
 
+    def _usable_store(self) -> Store:
+        """The store, checked before any model loads (seconds): it has documents and its visual index
+        can be opened now (no ingest holds it)."""
+        store = self.open_store()
+        self._require_documents(store)
+        store.visual  # noqa: B018 (opening it is the check)
+        store.check_encoder(self.encoder.encoder_id, self.encoder.text_dim)  # pages of another encoder: refused
+        return store
+
     def _require_documents(self, store: Store) -> None:
-        """Refuse a store with nothing to search, or one whose pages another page encoder encoded."""
+        """Refuse a store with nothing to search."""
         if store.ready_ids():
-            store.check_encoder(self.encoder.encoder_id, self.encoder.text_dim)
             return
         unfinished = [d for d in store.documents() if d.status != "ready"]
         if unfinished:
+            todo = ("wait for that ingest to finish" if any(d.writer_pid for d in unfinished)
+                    else "rerun `docrefrag ingest` on them to finish")
             raise StoreError(f"the store at {self.store_path} has no finished document, only partly ingested ones "
-                             f"({unfinished_summary(unfinished)}); rerun `docrefrag ingest` on them to finish")
+                             f"({unfinished_summary(unfinished)}); {todo}")
         raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
 
     def docs(self) -> list[DocInfo]:
@@ -179,8 +190,7 @@ class DocRefrag:
     def _run(self, question: str, doc, llm, config, on_event, thread_id, nodes, checkpoint, resume: bool) -> "AskResult":
         from graph.run import run_ask
 
-        store = self.open_store()
-        self._require_documents(store)
+        store = self._usable_store()
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         from graph.context import AskConfig
 

@@ -313,7 +313,8 @@ def cmd_docs(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'doc id':16s} {'pages':>5} {'ocr':>4} {'failed':>6} {'health bm25/dense':>17} {'status':9s} name")
     for d in docs:
-        status = d.status if d.status == "ready" else f"partial {d.pages_done}/{d.n_pages} (rerun ingest to resume)"
+        status = (d.status if d.status == "ready" else f"ingesting now {d.pages_done}/{d.n_pages} (PID {d.writer_pid})"
+                  if d.writer_pid else f"interrupted {d.pages_done}/{d.n_pages} (rerun ingest to resume)")
         print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {_health(d):>17} {status:9s} {d.name}")
     return EXIT_OK
 

@@ -35,6 +35,7 @@ from indexes.pages import (
     inspect_source,
 )
 from indexes.store import Store
+from indexes.writer import IngestLock
 
 logger = logging.getLogger(__name__)
 
@@ -256,17 +257,19 @@ class Ingestor:
     def ingest_sources(self, sources: list[DocSource], failed: list[IngestResult]) -> list[IngestResult]:
         """Ingest what `discover` found; `failed` (its refusals) lead the results."""
         results = list(failed)
-        self.store.collect_garbage()
-        for source in sources:
-            start = time.perf_counter()
-            try:
-                result = self._ingest_one(source)
-            except IngestError as e:
-                result = IngestResult(str(source.path), "failed", message=str(e))
-            result.seconds = time.perf_counter() - start
-            results.append(result)
-        if any(r.status in ("added", "replaced", "resumed") for r in results) or not self.store.bm25_saved():
-            self.store.rebuild_bm25()
+        with IngestLock(self.store.root) as self._lock:  # other processes see an ingest running now
+            self.store.collect_garbage()
+            for source in sources:
+                start = time.perf_counter()
+                try:
+                    result = self._ingest_one(source)
+                except IngestError as e:
+                    result = IngestResult(str(source.path), "failed", message=str(e))
+                result.seconds = time.perf_counter() - start
+                results.append(result)
+            self._lock.writing(None)
+            if any(r.status in ("added", "replaced", "resumed") for r in results) or not self.store.bm25_saved():
+                self.store.rebuild_bm25()
         return results
 
     def _ingest_one(self, source: DocSource) -> IngestResult:
@@ -285,6 +288,7 @@ class Ingestor:
         n_pages, warning = inspect_source(source)
         replaces = any(d.source == str(source.path) and d.doc_id != doc_id for d in self.store.documents())
         self.store.begin_document(doc_id, source.name, str(source.path), source.kind, n_pages, size)
+        self._lock.writing(doc_id)
         done = self.store.pages_done(doc_id)
         todo = [i for i in range(n_pages) if i + 1 not in done]
         timings = {"parse": 0.0, "encode": 0.0, "index": 0.0}

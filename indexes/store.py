@@ -34,6 +34,7 @@ from indexes.errors import StoreError
 from indexes.health import VERSION as HEALTH_VERSION
 from indexes.health import BranchHealth
 from indexes.pages import ParsedPage
+from indexes.writer import ingest_in_progress
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,8 @@ class DocInfo:
     source: str
     kind: str
     n_pages: int
-    status: str  # "ready" or "ingesting" (interrupted: a rerun of ingest resumes it)
+    status: str  # "ready" or "ingesting" (being written now when `writer_pid` is set; else interrupted: a rerun
+    # of ingest resumes it)
     pages_done: int
     ocr_pages: int
     failed_pages: int
@@ -80,11 +82,13 @@ class DocInfo:
     health_measured: bool = False  # the branches' health on the document is recorded (indexes/health.py)
     health_sparse: float | None = None  # None: not measured, or not judged (short, little text)
     health_dense: float | None = None
+    writer_pid: int | None = None  # the process ingesting this document now (indexes/writer.py)
 
 
 def unfinished_summary(docs: list[DocInfo]) -> str:
-    """'name: 40/120 pages, ...' of documents an interrupted ingest left unfinished."""
-    return ", ".join(f"{d.name}: {d.pages_done}/{d.n_pages} pages" for d in docs)
+    """'name: 40/120 pages (being ingested by PID N), ...' of documents not finished yet."""
+    return ", ".join(f"{d.name}: {d.pages_done}/{d.n_pages} pages" + (f" (being ingested by PID {d.writer_pid})"
+                                                                       if d.writer_pid else "") for d in docs)
 
 
 @dataclass(frozen=True)
@@ -203,8 +207,12 @@ class Store:
                                             collection=f"docrefrag-{self.store_id}")
                                 if self.qdrant_url else VisualIndex(path=self.root / "visual", dim=dim))
             except VisualIndexLockedError as e:
-                raise StoreError(f"the store at {self.root} is in use by another docrefrag process "
-                                 f"(an ingest?); wait for it to finish and retry ({e})") from e
+                writer = ingest_in_progress(self.root)
+                who = (f"an ingest (PID {writer['pid']}) is writing it" if writer and writer.get("pid")
+                       else "an ingest is writing it" if writer else "another docrefrag process has it open")
+                raise StoreError(f"the store at {self.root} is busy: {who}; retry when that process has finished. "
+                                 "To search while ingesting, keep the vectors on a Qdrant server (--qdrant-url URL "
+                                 "on the command line, DocRefrag(qdrant_url=...) in Python)") from e
             if self.qdrant_url and self._meta("qdrant_url") is None:
                 with self.db:
                     self.db.execute("INSERT OR IGNORE INTO meta VALUES ('qdrant_url', ?)", (self.qdrant_url,))
@@ -249,7 +257,9 @@ class Store:
                     LEFT JOIN branch_health h ON h.doc_id = d.doc_id AND h.version = ?
                GROUP BY d.doc_id ORDER BY d.added_at, d.name""", (HEALTH_VERSION,)
         ).fetchall()
-        return [DocInfo(*r) for r in rows]
+        writer = ingest_in_progress(self.root) or {}
+        return [DocInfo(*r, writer_pid=writer.get("pid") if r[0] == writer.get("doc_id") and r[5] != "ready" else None)
+                for r in rows]
 
     def ready_ids(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT doc_id FROM documents WHERE status = 'ready' ORDER BY doc_id")]

@@ -332,16 +332,22 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
             assert proc.poll() is None, f"ingest exited early ({proc.returncode}): {log.read_text()}"
             assert time.monotonic() < deadline, "ingest committed no pages in 120 s"
             time.sleep(0.02)
+        with Store(root) as store:  # running now: the document names the process writing it
+            running = {d.name: d.writer_pid for d in store.documents()}
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its worker process
         proc.wait()
     assert done < BIG_PAGES, "the ingest finished before it could be killed"
+    assert running == {"early.pdf": None, "big.pdf": proc.pid}
 
     docs = _cli("docs", "--store", str(root), "--json")
     assert docs.returncode == 0, docs.stderr
-    status = {d["name"]: (d["status"], d["pages_done"]) for d in json.loads(docs.stdout)}
-    assert status["early.pdf"] == ("ready", 2)
+    status = {d["name"]: (d["status"], d["pages_done"], d["writer_pid"]) for d in json.loads(docs.stdout)}
+    assert status["early.pdf"] == ("ready", 2, None)
     assert status["big.pdf"][0] == "ingesting" and 3 <= status["big.pdf"][1] < BIG_PAGES
+    assert status["big.pdf"][2] is None  # killed: interrupted, not running
+    plain = _cli("docs", "--store", str(root)).stdout
+    assert re.search(r"interrupted \d+/40 \(rerun ingest to resume\) +big\.pdf", plain), plain
 
     with Store(root) as store:
         (partial,) = [d for d in store.documents() if d.name == "big.pdf"]
@@ -559,3 +565,35 @@ def test_cli_error_is_one_line_without_langgraphs_task_note(monkeypatch, capsys)
     assert cli.main(["docs"]) == cli.EXIT_ERROR
     assert capsys.readouterr().err == ("error: LLM endpoint http://127.0.0.1:9/v1 refused the connection "
                                        "(run id 5532: its checkpoint is kept)\n")
+
+
+def test_a_store_being_ingested_is_refused_before_any_model_loads(tmp_path, ingest, light_pdf):
+    from docrefrag import DocRefrag
+    from indexes.writer import IngestLock
+
+    root = tmp_path / "store"
+    with Store(root, create=True) as store:
+        ingest(store, light_pdf(tmp_path / "survey.pdf", 1))
+    busy = rf"busy: an ingest \(PID {os.getpid()}\) is writing it; retry when that process has finished"
+    with Store(root) as writer, IngestLock(root) as lock:  # what a running ingest holds
+        lock.writing("d" * 16)
+        writer.visual  # noqa: B018
+        with DocRefrag(store=root) as api:
+            with pytest.raises(StoreError, match=busy):
+                api.ask("How many herons were counted?")
+            with pytest.raises(StoreError, match="--qdrant-url URL on the command line"):
+                api.search("herons")
+            assert api._embedder is None and api._llm is None and not api._readers  # no model was loaded
+        with Store(root) as other, pytest.raises(StoreError, match=rf"another ingest \(PID {os.getpid()}\) is writing"):
+            ingest(other, light_pdf(tmp_path / "other.pdf", 1, tag="census"))
+
+
+def test_an_empty_query_is_refused_before_the_store_or_a_model(tmp_path):
+    from docrefrag import DocRefrag
+
+    with DocRefrag(store=tmp_path / "none") as api:
+        with pytest.raises(ValueError, match="the query is empty"):
+            api.search("  ")
+        with pytest.raises(ValueError, match="the question is empty"):
+            api.ask("")
+        assert api._embedder is None and api._store is None
