@@ -432,6 +432,17 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
     `timeout` (seconds per read), `max_retries` and `backoff` apply to `openai:` endpoints; a
     user factory is called without arguments and configures its own. Bad specs raise ValueError.
     """
+    model = _make_llm(spec, timeout=timeout, max_retries=max_retries, backoff=backoff)
+    model.metadata = {**(model.metadata or {}), "llm_spec": spec or "local"}  # the run records it (graph.runs)
+    return model
+
+
+def llm_spec(model: BaseChatModel) -> str | None:
+    """The `--llm` spec a chat model was made from by `make_llm`; None for one made otherwise."""
+    return (model.metadata or {}).get("llm_spec")
+
+
+def _make_llm(spec: str | None, timeout: float, max_retries: int, backoff: float) -> BaseChatModel:
     if spec is None or spec == "local":
         return LocalChatModel()
     if spec.startswith("local:"):

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from docrefrag_core.reader import DocRefragReader
     from graph.context import AskConfig
     from graph.run import AskResult
+    from graph.runs import RunOptions
 
 
 logger = logging.getLogger(__name__)
@@ -178,24 +179,64 @@ class DocRefrag:
         """
         if not question.strip():
             raise ValueError('the question is empty; ask it in words, e.g. docrefrag ask "What was net revenue in 2023?"')
-        return self._run(question, doc, llm, config, on_event, thread_id, nodes, checkpoint, resume=False)
+        return self._run(self._usable_store(), question, doc, llm, config, on_event, thread_id, nodes, checkpoint,
+                         resume=False)
 
     def resume(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,
                on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None,
                checkpoint: Path | str | None = None) -> "AskResult":
         """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
-        with its own question and documents; pass the options it was started with."""
-        return self._run("", None, llm, config, on_event, thread_id, nodes, checkpoint, resume=True)
-
-    def _run(self, question: str, doc, llm, config, on_event, thread_id, nodes, checkpoint, resume: bool) -> "AskResult":
-        from graph.run import run_ask
-
+        with its own question and documents and the options it was started with (`graph.runs`): an
+        option left None takes the stored value; one that differs from it is refused (ValueError)."""
         store = self._usable_store()
-        doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
-        from graph.context import AskConfig
+        model = llm if llm is not None and not isinstance(llm, str) else None
+        options = self.resume_options(thread_id, llm, config, checkpoint)
+        return self._run(store, "", None, model or options.llm, options.config, on_event, thread_id, nodes,
+                         options.checkpoint, resume=True)
 
+    def resume_options(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,
+                       checkpoint: Path | str | None = None) -> "RunOptions":
+        """What `resume` would run `thread_id` with: its stored options, with the given ones where they
+        agree; a given option that differs from the stored one raises ValueError naming both."""
+        from graph.runs import recorded_run, resume_options
+
+        model = llm if llm is not None and not isinstance(llm, str) else None
+        return resume_options(thread_id, recorded_run(self._runs_db(self.open_store()), thread_id),
+                              self._spec(model) if model is not None else llm, config,
+                              None if checkpoint is None else str(checkpoint), model_given=model is not None)
+
+    def run_options(self, thread_id: str) -> "RunOptions | None":
+        """The options run `thread_id` was started with (`graph.runs`), or None for an unknown run."""
+        from graph.runs import recorded_run
+
+        return recorded_run(self._runs_db(self.open_store()), thread_id)
+
+    @staticmethod
+    def _spec(model: "BaseChatModel") -> str | None:
+        from agents.llm import llm_spec
+
+        return llm_spec(model)
+
+    @staticmethod
+    def _runs_db(store: Store) -> Path:
+        return store.root / "checkpoints.sqlite"
+
+    def _run(self, store: Store, question: str, doc, llm, config, on_event, thread_id, nodes, checkpoint,
+             resume: bool) -> "AskResult":
+        import uuid
+
+        from graph.context import AskConfig
+        from graph.run import run_ask
+        from graph.runs import RunOptions, record_run
+
+        doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         config = config or AskConfig()
         chat_model = self.llm(llm)  # a bad --llm fails here, before seconds of loading the reader
         reader = self.reader(checkpoint) if config.needs_reader else None
+        if not resume:  # a resume continues with these (graph.runs)
+            thread_id = thread_id or uuid.uuid4().hex[:12]
+            record_run(self._runs_db(store), thread_id, RunOptions(
+                llm if isinstance(llm, str) else self._spec(chat_model), config,
+                None if checkpoint is None else str(checkpoint)))
         return run_ask(store, HybridSearcher(store, self.embedder), chat_model, question, doc_ids, config,
                        on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader, resume=resume)

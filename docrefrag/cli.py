@@ -364,12 +364,13 @@ def _reranks(args: argparse.Namespace) -> bool | None:
     return True if args.rerank is None and args.reranker else args.rerank
 
 
-def _ask_config(args: argparse.Namespace) -> AskConfig:
+def _ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskConfig:
+    """The settings of --config and the options given, over `base` (default: the defaults)."""
     from dataclasses import replace
 
     from graph.context import AskConfig
 
-    config = AskConfig.from_file(args.config) if args.config else AskConfig()
+    config = AskConfig.from_file(args.config, base) if args.config else base or AskConfig()
     overrides = {"answerer": args.answerer, "rerank": _reranks(args), "reranker": args.reranker, "max_rounds": args.max_rounds,
                  "hyde": getattr(args, "hyde_mode", None), "decompose": getattr(args, "decompose_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
@@ -380,8 +381,6 @@ def _ask_config(args: argparse.Namespace) -> AskConfig:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from agents.answer import is_unanswerable
-
-    config = _ask_config(args)
 
     def show(node: str, update: dict) -> None:
         for entry in update.get("trace", []):
@@ -395,14 +394,17 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if (args.question is None) == (args.resume is None):
         raise ValueError("pass a question, or --resume RUN_ID to continue an unfinished run (not both)")
     events = None if args.quiet or args.json else show
+    if args.resume and args.doc:
+        raise ValueError("--resume continues a run on its own documents; drop --doc")
     with _api(args) as dr:
-        if args.resume:
-            if args.doc:
-                raise ValueError("--resume continues a run on its own documents; drop --doc")
-            result = dr.resume(args.resume, llm=_chat_model(dr, args, args.llm), config=config,
-                               checkpoint=args.checkpoint, on_event=events)
+        if args.resume:  # the run's own options, with those given here (a conflicting one is refused)
+            stored = dr.run_options(args.resume)
+            options = dr.resume_options(args.resume, llm=args.llm, config=_ask_config(args, stored and stored.config),
+                                        checkpoint=args.checkpoint)  # refused here, before a model loads
+            result = dr.resume(args.resume, llm=_chat_model(dr, args, options.llm), config=options.config,
+                               checkpoint=options.checkpoint, on_event=events)
         else:
-            result = dr.ask(args.question, doc=args.doc, llm=_chat_model(dr, args, args.llm), config=config,
+            result = dr.ask(args.question, doc=args.doc, llm=_chat_model(dr, args, args.llm), config=_ask_config(args),
                             checkpoint=args.checkpoint, on_event=events)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:
@@ -429,6 +431,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     if args.retrieval_only or args.baselines:
         ignored = [name for name, value in (("--extractor", args.extractor), ("--config", args.config)) if value]
+        if args.baselines:  # the baselines' pipelines plan nothing
+            ignored += [name for name, value in (("--hyde", args.hyde_mode), ("--decompose", args.decompose_mode)) if value]
         if ignored:
             raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} only to end-to-end runs; drop "
                              f"{'--retrieval-only' if args.retrieval_only else '--baselines'} or {' and '.join(ignored)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -86,8 +86,9 @@ class AskConfig:
         return self.answerer == "reader" or (self.rerank and self.reranker == "reader")
 
     @classmethod
-    def from_file(cls, path: Path) -> "AskConfig":
-        """A config from a TOML or JSON file of AskConfig fields (the others keep their defaults)."""
+    def from_file(cls, path: Path, base: "AskConfig | None" = None) -> "AskConfig":
+        """A config from a TOML or JSON file of AskConfig fields (the others keep `base`'s values, by
+        default the defaults)."""
         try:
             text = Path(path).read_text()
             values = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
@@ -108,7 +109,7 @@ class AskConfig:
             if not _fits(value, expected):
                 raise ValueError(f"config file {path}: {name} must be of type {expected.__name__}, got {value!r} "
                                  f"({known[name].metadata['help']})")
-        return cls(**values)
+        return replace(base, **values) if base is not None else cls(**values)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 import pymupdf
@@ -139,6 +140,17 @@ def unavailable_llm() -> GenericFakeChatModel:
 def unsupported_llm() -> GenericFakeChatModel:
     """An `--llm module:factory` model that answers a value found on no page and judges it unsupported."""
     return scripted("Southport", "No")[0]
+
+
+_FLAKY_CALLS: list[int] = []
+
+
+def flaky_llm() -> GenericFakeChatModel:
+    """An `--llm module:factory` model whose endpoint is down the first time it is made, and up after."""
+    _FLAKY_CALLS.append(1)
+    if len(_FLAKY_CALLS) == 1:
+        return scripted(LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))[0]
+    return scripted("4,812", "Yes")[0]
 
 
 def reverse_rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
@@ -659,6 +671,44 @@ def test_cli_says_in_one_line_when_the_answer_is_not_supported(tmp_path, ingest,
     assert out[-1].startswith("confidence 0.00, 1 round(s)")
 
 
+def test_a_resume_runs_with_the_options_the_run_was_started_with(dr):
+    from graph.runs import RunOptions
+
+    config = AskConfig(answerer="chat", hyde="always", max_rounds=1, abstain=False)
+    llm, _ = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
+    with pytest.raises(LLMUnavailableError):
+        dr.ask(QUESTION, llm=llm, config=config, thread_id="stored-options")
+    assert dr.run_options("stored-options") == RunOptions(None, config, None)  # a model object: no spec to store
+    with pytest.raises(ValueError, match="started with max_rounds = 1, not 2; drop that option"):
+        dr.resume("stored-options", llm=scripted()[0], config=replace(config, max_rounds=2))
+    with pytest.raises(ValueError, match="chat model passed as an object, which is not stored"):
+        dr.resume("stored-options")
+    result = dr.resume("stored-options", llm=scripted("Southport", "No")[0])  # config: the stored one
+    assert (result.answer, result.rounds, result.withheld) == ("Southport", 1, "")  # one round, no abstention
+
+
+def test_cli_resume_takes_the_stored_options_and_refuses_a_conflict(tmp_path, ingest, light_pdf, capsys):
+    from docrefrag.cli import main
+
+    with Store(tmp_path / "store", create=True) as store:
+        ingest(store, light_pdf(tmp_path / "survey.pdf", 1))
+    common = ["--store", str(tmp_path / "store"), "--quiet"]
+    _FLAKY_CALLS.clear()
+    assert main(["ask", QUESTION, *common, "--answerer", "chat", "--hyde", "never", "--max-rounds", "1",
+                 "--llm", f"{__name__}:flaky_llm"]) == 2
+    run_id = re.search(r"--resume (\w+)", capsys.readouterr().err).group(1)
+
+    assert main(["ask", "--resume", run_id, *common, "--max-rounds", "2"]) == 2
+    assert "started with max_rounds = 1, not 2" in capsys.readouterr().err
+    assert main(["ask", "--resume", run_id, *common, "--llm", "local"]) == 2
+    assert f"started with llm = '{__name__}:flaky_llm', not 'local'" in capsys.readouterr().err
+    assert len(_FLAKY_CALLS) == 1  # refused before a model was made
+
+    assert main(["ask", "--resume", run_id, *common]) == 0  # the stored --llm, --answerer, --hyde, --max-rounds
+    assert capsys.readouterr().out.splitlines()[0] == "answer: 4,812"
+    assert len(_FLAKY_CALLS) == 2
+
+
 # ---------------------------------------------------------------- 6. planner rules
 
 
@@ -796,13 +846,13 @@ def test_ask_config_file_errors_say_what_is_wrong(tmp_path, text, message):
         AskConfig.from_file(tmp_path)  # a folder
 
 
-@pytest.mark.parametrize("mode", [[], ["--baselines"]])
-def test_eval_refuses_planner_options_outside_retrieval_only_runs(tmp_path, capsys, mode):
+def test_eval_refuses_planner_options_for_the_baselines(tmp_path, capsys):
     from docrefrag.cli import main
 
-    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), *mode, "--hyde"])
+    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), "--baselines",
+               "--hyde", "always"])
     err = capsys.readouterr().err
-    assert rc != 0 and "--hyde applies only to --retrieval-only runs" in err and "--config" in err
+    assert rc != 0 and "--hyde applies only to end-to-end runs; drop --baselines or --hyde" in err
 
 
 def test_eval_refuses_a_chat_reranker_without_a_local_model(tmp_path, capsys):
