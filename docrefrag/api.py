@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
@@ -106,17 +105,8 @@ class DocRefrag:
         if not sources:  # nothing to ingest (wrong paths, unsupported files): no store is created or touched
             return failed
         store = self.open_store(create=True)
-        with Ingestor(store, workers=workers, show_progress=show_progress) as ingestor:
-            results = ingestor.ingest_sources(sources, failed)
-        ready = set(store.ready_ids())
-        new = sorted({r.doc_id for r in results if r.doc_id in ready} - set(store.branch_health(sorted(ready))))
-        if new:  # measured once per document (indexes/health.py), so that the first search does not wait for it
-            try:
-                HybridSearcher(store, self.embedder).health(new)
-            except (StoreError, sqlite3.Error, OSError, RuntimeError) as e:  # ingested all the same; a search measures it
-                logger.warning("the branch health of %d new document(s) was not measured (%s); the first search "
-                               "will measure it", len(new), e)
-        return results
+        with Ingestor(store, workers=workers, show_progress=show_progress, embedder=self.embedder) as ingestor:
+            return ingestor.ingest_sources(sources, failed)
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:

@@ -44,8 +44,9 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
     from indexes.visual import CHUNKS, POOLED
 
     with Store(store_dir) as store:
-        present, doc_ids, _ = prepare(benchmark, data, store, None, False)
-        searcher = HybridSearcher(store, TextEmbedder.default(), n_candidates=1_000_000)  # every page of the document
+        embedder = TextEmbedder.default()
+        present, doc_ids, _ = prepare(benchmark, data, store, None, False, embedder)
+        searcher = HybridSearcher(store, embedder, n_candidates=1_000_000)  # every page of the document
         asked = [q for q in present if q.evidence_pages and q.answerable and q.doc_name in doc_ids]
         with open(out, "w") as f:
             start = time.perf_counter()

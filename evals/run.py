@@ -22,16 +22,17 @@ logger = logging.getLogger(__name__)
 
 
 def prepare(benchmark: Benchmark, data_dir: Path, store: Store, limit: int | None,
-            show_progress: bool) -> tuple[list, dict[str, str], int]:
+            show_progress: bool, embedder) -> tuple[list, dict[str, str], int]:
     """(questions whose document is present, benchmark doc name -> doc id, questions skipped):
-    loads the questions and ingests the documents they need that the store lacks."""
+    loads the questions and ingests the documents they need that the store lacks, as `docrefrag
+    ingest` does (the branch health measured at the end)."""
     questions = load_questions(benchmark, data_dir)
     if limit is not None:
         questions = questions[:limit]
     sources = document_sources(data_dir)
     present, missing = split_available(questions, sources)
     needed = sorted({sources[q.doc_name] for q in present})
-    with Ingestor(store, show_progress=show_progress) as ingestor:
+    with Ingestor(store, show_progress=show_progress, embedder=embedder) as ingestor:
         results = ingestor.ingest(needed)
     by_path = {r.source: r for r in results}
     doc_ids = {}
@@ -69,7 +70,7 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
         from agents.rerank import make_reranker
 
         score = make_reranker(reranker, store, reader, llm, AskConfig().chars_per_page)
-    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
+    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     searcher = HybridSearcher(store, embedder)
     planner = None
     if hyde or decompose:
@@ -103,7 +104,7 @@ def run_baselines(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     """The reader behind every retrieval/reading pipeline of evals.baselines; returns the markdown table."""
     from evals.baselines import evaluate_baselines, summary_table
 
-    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
+    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     rows = evaluate_baselines(store, HybridSearcher(store, embedder), reader, present, doc_ids,
                               out_dir / f"{benchmark}-baselines.jsonl", show_progress=show_progress,
                               settings=run_settings(store, reader=reader))
@@ -119,7 +120,7 @@ def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, ll
                 reader=None, extractor=None, extractor_name: str | None = None) -> dict:
     """End-to-end run through the ask graph, scored with the official rules (see evals.answers);
     with an `extractor` chat model, answers are extracted by the official protocol first."""
-    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress)
+    present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     name = f"{benchmark}{'-extract' if extractor is not None else ''}"  # rows with and without extraction differ
     settings = run_settings(store, llm=llm, reader=reader, extractor=extractor, config=asdict(config or AskConfig()))
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,

@@ -9,6 +9,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from docrefrag_core.chunking import retrieval_vectors
 from docrefrag_core.page_encoder import PageEncoder, PageTokens, default_encoder
-from indexes.errors import EncoderError, IngestError
+from indexes.errors import EncoderError, IngestError, StoreError
 from indexes.pages import (
     IMAGE_SUFFIXES,
     DocSource,
@@ -229,9 +230,13 @@ class Ingestor:
     """Runs ingests into one store with one encoder and one pool of page-parsing workers."""
 
     def __init__(self, store: Store, encoder_factory: EncoderFactory = default_encoder, workers: int | None = None,
-                 show_progress: bool = True) -> None:
+                 show_progress: bool = True, embedder=None) -> None:
+        """`embedder` (the query embedder): when given, the retrieval branches' health on each new
+        document is measured at the end of its ingest (indexes/health.py), so that its first search
+        does not pay for it; without one, the first search measures it."""
         check_workers(workers)
         self.store, self.encoder_factory, self.show_progress = store, encoder_factory, show_progress
+        self.embedder = embedder
         self.workers = workers or max(1, min(os.cpu_count() or 1, 4))
         self._pool: ProcessPoolExecutor | None = None
 
@@ -270,7 +275,23 @@ class Ingestor:
             self._lock.writing(None)
             if any(r.status in ("added", "replaced", "resumed") for r in results) or not self.store.bm25_saved():
                 self.store.rebuild_bm25()
+            if self.embedder is not None:
+                self._measure_health()
         return results
+
+    def _measure_health(self) -> None:
+        """The branch health of every ready document that lacks it (once per document)."""
+        from indexes.hybrid import HybridSearcher
+
+        ready = self.store.ready_ids()
+        new = sorted(set(ready) - set(self.store.branch_health(ready)))
+        if not new:
+            return
+        try:
+            HybridSearcher(self.store, self.embedder).health(new)
+        except (StoreError, sqlite3.Error, OSError, RuntimeError) as e:  # ingested all the same; a search measures it
+            logger.warning("the branch health of %d new document(s) was not measured (%s); the first search "
+                           "will measure it", len(new), e)
 
     def _ingest_one(self, source: DocSource) -> IngestResult:
         try:

@@ -3,6 +3,8 @@ MRR of each branch on them, the fusion switching a failing branch off, and the s
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pymupdf
 import pytest
@@ -184,3 +186,16 @@ def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
         (result,) = api.ingest(light_pdf(tmp_path / "survey.pdf", pages=8), workers=1)
         health = api.open_store().branch_health([result.doc_id])[result.doc_id]
         assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
+
+
+def test_the_benchmark_harness_ingests_as_the_api_does(tmp_path, store, embedder, light_pdf):
+    from evals.run import prepare
+
+    light_pdf(tmp_path / "documents" / "survey.pdf", pages=8)
+    (tmp_path / "samples.json").write_text(json.dumps([
+        {"doc_id": "survey.pdf", "doc_type": "Guidebook", "question": "How many badgers near station s004?", "answer": "3",
+         "evidence_pages": "[4]", "evidence_sources": "['Pure-text (Plain-text)']", "answer_format": "Int"}]))
+    present, doc_ids, missing = prepare("mmlongbench", tmp_path, store, None, False, embedder)
+    assert len(present) == 1 and missing == 0
+    health = store.branch_health([doc_ids["survey.pdf"]])[doc_ids["survey.pdf"]]  # measured at the ingest's end
+    assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
