@@ -380,6 +380,32 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
         assert [(h.doc_id, h.page) for h in hits] == [(partial.doc_id, 17)]
 
 
+@pytest.mark.parametrize("group", [True, False], ids=["ctrl-c", "sigint-to-the-cli"])
+def test_an_interrupted_ingest_says_one_line_and_leaks_nothing(tmp_path, light_pdf, group):
+    root = tmp_path / "store"
+    big = light_pdf(tmp_path / "big.pdf", BIG_PAGES)
+    command = [sys.executable, "-m", "docrefrag", "ingest", str(big), "--store", str(root), "--workers", "2"]
+    log = tmp_path / "interrupted.stderr"
+    with log.open("w") as stderr:  # the workers and multiprocessing's resource tracker write here too
+        proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+    deadline = time.monotonic() + 120
+    while _committed_pages(root) < 3:
+        assert proc.poll() is None, f"ingest exited early ({proc.returncode}): {log.read_text()}"
+        assert time.monotonic() < deadline, "ingest committed no pages in 120 s"
+        time.sleep(0.02)
+    if group:  # a terminal's Ctrl-C reaches the whole foreground process group
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 2
+    time.sleep(1.0)  # the resource tracker reports leaks after the CLI has exited
+    assert log.read_text() == "interrupted; rerun the same command to resume\n"
+    with Store(root) as store:
+        (doc,) = store.documents()
+        assert doc.status == "ingesting" and doc.writer_pid is None and 3 <= doc.pages_done < BIG_PAGES
+
+
 # ---------------------------------------------------------------------- worker crashes and folder scans
 
 
