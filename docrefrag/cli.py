@@ -382,7 +382,12 @@ def _ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskC
 def cmd_ask(args: argparse.Namespace) -> int:
     from agents.answer import is_unanswerable
 
+    progress = _ProgressLine() if sys.stderr.isatty() and not (args.quiet or args.json) else None
+
     def show(node: str, update: dict) -> None:
+        if progress is not None:
+            progress.clear()
+            progress.round = update.get("round", progress.round)
         for entry in update.get("trace", []):
             detail = {k: v for k, v in entry.items()
                       if k in ("answer", "confidence", "query", "note", "round", "query_disagreement", "hyde",
@@ -396,7 +401,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     events = None if args.quiet or args.json else show
     if args.resume and args.doc:
         raise ValueError("--resume continues a run on its own documents; drop --doc")
-    with _api(args) as dr:
+    from contextlib import nullcontext
+
+    with _api(args) as dr, progress or nullcontext():
         if args.resume:  # the run's own options, with those given here (a conflicting one is refused)
             stored = dr.run_options(args.resume)
             options = dr.resume_options(args.resume, llm=args.llm, config=_ask_config(args, stored and stored.config),
@@ -423,6 +430,43 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.trace:
         print(json.dumps(result.trace, indent=2, default=str))
     return EXIT_OK
+
+
+class _ProgressLine:
+    """One line on a terminal's stderr, rewritten in place while a local model reads and writes:
+    the round, the prompt's tokens and the tokens written so far (`decoding.decoding_progress`)."""
+
+    def __init__(self) -> None:
+        self.round, self.shown, self.last = 1, False, 0.0
+        self._reporting = None
+
+    def __enter__(self) -> "_ProgressLine":
+        from docrefrag_core.decoding import decoding_progress
+
+        self._reporting = decoding_progress(self.model)
+        self._reporting.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._reporting.__exit__(*exc)
+        self.clear()  # an error's line starts at the line's beginning
+
+    def model(self, read: int, written: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if written and now - self.last < 0.25:  # at most 4 updates a second
+            return
+        self.last = now
+        what = f"reading {read:,} tokens" if written == 0 else f"read {read:,} tokens, wrote {written}"
+        sys.stderr.write(f"\r\033[K  round {self.round}: model {what}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
+            self.shown = False
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@ planner, validator and answer agent share) and the reader (`reader.load_decoder`
 directory get the same copy when they ask for the same dtype. `token_steps` is the one greedy (or
 sampled) decoding loop both run: from input ids (the chat prompt) or input embeddings (the
 reader's compressed pages), it yields each step's next token per row and its log-probability.
+Inside `decoding_progress(report)`, every token loop reports the tokens it has read and written
+(the CLI's progress line during the answer step).
 
 The reader wraps the decoder with LoRA (peft injects its layers into the modules it is given), so
 it takes `shared_weights_copy(model)`: a module tree of its own over the same weight tensors. The
@@ -22,7 +24,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,22 @@ class LoadedLM:
     model: Any
     stop_ids: frozenset[int]  # the tokenizer's and the generation config's end-of-sequence ids
     max_positions: int
+
+
+ProgressReport = Callable[[int, int], None]  # (tokens read: the prompt's, tokens written so far)
+_PROGRESS: ContextVar[ProgressReport | None] = ContextVar("docrefrag_decoding_progress", default=None)
+
+
+@contextmanager
+def decoding_progress(report: ProgressReport) -> Iterator[None]:
+    """Every `token_steps` loop run in this context (and in the threads and graph nodes it starts,
+    which copy the context) calls `report(read, written)`: once before reading the prompt
+    (written 0), then after each step. Rows of a batch are counted together."""
+    token = _PROGRESS.set(report)
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
 
 
 _LOADED: dict[tuple[Path, torch.dtype | None], LoadedLM] = {}
@@ -133,8 +153,13 @@ def token_steps(model: nn.Module, input_ids: torch.Tensor | None = None, inputs_
         raise ValueError("token_steps starts from input_ids or inputs_embeds, exactly one of them")
     kw = cache_kw(model)
     inputs = {"input_ids": input_ids.to(model.device)} if input_ids is not None else {"inputs_embeds": inputs_embeds}
-    cache = None
+    report = _PROGRESS.get()
+    rows, read = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+    cache, written = None, 0
     while True:
+        if report is not None:
+            report(rows * read, rows * written)
+        written += 1
         with torch.inference_mode():
             out = model(**inputs, use_cache=True, logits_to_keep=1, **{kw: cache})
             cache = out[kw]

@@ -69,3 +69,20 @@ def test_the_demo_hint_names_a_command_that_runs(monkeypatch, tmp_path):
     assert cli._command() == "docrefrag"
     monkeypatch.setattr(sys, "argv", ["-m"])  # python -m docrefrag
     assert cli._command() == f"{sys.executable} -m docrefrag"
+
+
+def test_the_progress_line_shows_the_round_and_the_tokens_and_is_cleared(capsys):
+    from docrefrag_core.decoding import _PROGRESS
+
+    line = cli._ProgressLine()
+    with line:
+        assert _PROGRESS.get() == line.model  # the token loops report to it
+        line.round = 2
+        line.model(1204, 0)
+        line.last = 0.0
+        line.model(1204, 7)
+        line.model(1204, 8)  # within a quarter second: not redrawn
+    assert _PROGRESS.get() is None
+    err = capsys.readouterr().err
+    assert err == ("\r\033[K  round 2: model reading 1,204 tokens"
+                   "\r\033[K  round 2: model read 1,204 tokens, wrote 7\r\033[K")

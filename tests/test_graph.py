@@ -245,8 +245,17 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
 
 
 def test_ask_with_the_real_local_model(dr, report):
+    from docrefrag_core.decoding import decoding_progress
+
     _, doc_id = report
-    result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1))
+    reports: list[tuple[int, int]] = []
+    with decoding_progress(lambda read, written: reports.append((read, written))):  # as the CLI's progress line
+        result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1))
+    # the graph's nodes report every token loop: the answer's prompt (the pages read), then each token written
+    prefills = [read for read, written in reports if written == 0]
+    assert prefills and max(prefills) > 300
+    answer_loop = [w for r, w in reports if r == max(prefills)]
+    assert answer_loop == list(range(len(answer_loop))) and len(answer_loop) > 1
     print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
           f"{result.seconds:.1f} s, {result.tokens} answer tokens, claims {result.claims}")
     assert result.answer.strip()
