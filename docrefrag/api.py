@@ -113,11 +113,11 @@ class DocRefrag:
         """Top-k pages for `query` (1-based page numbers), optionally within documents `doc`."""
         if not query.strip():
             raise ValueError("the query is empty; pass some words to search for")
-        store = self._usable_store()
+        store = self.usable_store()
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
 
-    def _usable_store(self) -> Store:
+    def usable_store(self) -> Store:
         """The store, checked before any model loads (seconds): it has documents and its visual index
         can be opened now (no ingest holds it)."""
         store = self.open_store()
@@ -169,7 +169,7 @@ class DocRefrag:
         """
         if not question.strip():
             raise ValueError('the question is empty; ask it in words, e.g. docrefrag ask "What was net revenue in 2023?"')
-        return self._run(self._usable_store(), question, doc, llm, config, on_event, thread_id, nodes, checkpoint,
+        return self._run(self.usable_store(), question, doc, llm, config, on_event, thread_id, nodes, checkpoint,
                          resume=False)
 
     def resume(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,
@@ -178,7 +178,7 @@ class DocRefrag:
         """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
         with its own question and documents and the options it was started with (`graph.runs`): an
         option left None takes the stored value; one that differs from it is refused (ValueError)."""
-        store = self._usable_store()
+        store = self.usable_store()
         model = llm if llm is not None and not isinstance(llm, str) else None
         options = self.resume_options(thread_id, llm, config, checkpoint)
         return self._run(store, "", None, model or options.llm, options.config, on_event, thread_id, nodes,

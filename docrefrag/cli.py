@@ -380,8 +380,6 @@ def _ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskC
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from agents.answer import is_unanswerable
-
     progress = _ProgressLine() if sys.stderr.isatty() and not (args.quiet or args.json) else None
 
     def show(node: str, update: dict) -> None:
@@ -404,6 +402,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     with _api(args) as dr, progress or nullcontext():
+        dr.usable_store()  # a busy or empty store is refused before any model loads
         if args.resume:  # the run's own options, with those given here (a conflicting one is refused)
             stored = dr.run_options(args.resume)
             options = dr.resume_options(args.resume, llm=args.llm, config=_ask_config(args, stored and stored.config),
@@ -417,6 +416,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(asdict(result), indent=2, default=str))
         return EXIT_OK
+    from agents.answer import is_unanswerable
+
     print(f"answer: {result.answer}")
     if result.withheld:
         print(f"  withheld: {result.withheld!r} is not supported by the pages read ({result.unsupported_reason})")

@@ -259,3 +259,16 @@ def test_minmax_and_ranks() -> None:
     np.testing.assert_allclose(minmax(np.array([2.0, 4.0, 3.0])), [0.0, 1.0, 0.5])
     np.testing.assert_array_equal(minmax(np.array([7.0, 7.0])), [0.0, 0.0])
     np.testing.assert_array_equal(ranks(np.array([0.1, 0.9, 0.5, 0.9])), [4, 1, 3, 2])
+
+
+def test_average_ranks_are_scipys_rankdata():
+    from scipy.stats import rankdata
+
+    from indexes.fusion import _average_ranks
+
+    rng = np.random.default_rng(0)
+    assert _average_ranks(np.array([3.0, -np.inf, 1.0, 3.0, -np.inf])).tolist() == [4.5, 1.5, 3.0, 4.5, 1.5]
+    for _ in range(100):
+        x = rng.integers(0, 5, size=int(rng.integers(1, 30))).astype(float)
+        x[rng.random(len(x)) < 0.2] = -np.inf
+        assert np.allclose(_average_ranks(x), rankdata(x))
