@@ -71,9 +71,13 @@ def _llm_args(p: argparse.ArgumentParser) -> None:
                    help="retries of a failed or hanging openai: call, with backoff, before the run stops (default 2)")
 
 
-def _chat_model(dr, args: argparse.Namespace, spec: str | None):
+def _check_llm_args(args: argparse.Namespace) -> None:
     if args.llm_timeout <= 0 or args.llm_retries < 0:
         raise ValueError(f"--llm-timeout must be > 0 and --llm-retries >= 0, got {args.llm_timeout} and {args.llm_retries}")
+
+
+def _chat_model(dr, args: argparse.Namespace, spec: str | None):
+    _check_llm_args(args)
     return dr.llm(spec, timeout=args.llm_timeout, max_retries=args.llm_retries)
 
 
@@ -399,6 +403,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     events = None if args.quiet or args.json else show
     if args.resume and args.doc:
         raise ValueError("--resume continues a run on its own documents; drop --doc")
+    _check_llm_args(args)
     from contextlib import nullcontext
 
     with _api(args) as dr, progress or nullcontext():
