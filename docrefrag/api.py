@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def check_question(question: str) -> None:
+    if not question.strip():
+        raise ValueError('the question is empty; ask it in words, e.g. docrefrag ask "What was net revenue in 2023?"')
+
+
 def default_store() -> Path:
     """`$DOCREFRAG_STORE`, else the user data dir (e.g. ~/.local/share/docrefrag/store)."""
     env = os.environ.get("DOCREFRAG_STORE")
@@ -167,8 +172,7 @@ class DocRefrag:
         error carries its id, and `resume` continues it. `checkpoint` is the Doc-REFRAG reader's
         (default: the one shipped in the package).
         """
-        if not question.strip():
-            raise ValueError('the question is empty; ask it in words, e.g. docrefrag ask "What was net revenue in 2023?"')
+        check_question(question)
         return self._run(self.usable_store(), question, doc, llm, config, on_event, thread_id, nodes, checkpoint,
                          resume=False)
 

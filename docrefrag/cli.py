@@ -404,6 +404,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.resume and args.doc:
         raise ValueError("--resume continues a run on its own documents; drop --doc")
     _check_llm_args(args)
+    if args.question is not None:
+        from docrefrag.api import check_question
+
+        check_question(args.question)  # before the store is opened or the embedder loads
     from contextlib import nullcontext
 
     with _api(args) as dr, progress or nullcontext():

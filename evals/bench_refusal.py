@@ -1,5 +1,5 @@
 """How long the CLI takes to refuse what it cannot do, from a cold start (a fresh process):
-`ask` and `search` on a store that an ingest is writing, and an empty query.
+`ask` and `search` on a store that an ingest is writing, and an empty query or question.
 
     python -m evals.bench_refusal --store STORE [--repeat 5]
 
@@ -27,6 +27,7 @@ CASES = {
     "ask, store busy": ["ask", "What was reported?", "--quiet"],
     "search, store busy": ["search", "revenue"],
     "search, empty query": ["search", " "],
+    "ask, empty question": ["ask", " "],
 }
 
 

@@ -614,7 +614,7 @@ def test_a_store_being_ingested_is_refused_before_any_model_loads(tmp_path, inge
             ingest(other, light_pdf(tmp_path / "other.pdf", 1, tag="census"))
 
 
-def test_an_empty_query_is_refused_before_the_store_or_a_model(tmp_path):
+def test_an_empty_query_is_refused_before_the_store_or_a_model(tmp_path, capsys):
     from docrefrag import DocRefrag
 
     with DocRefrag(store=tmp_path / "none") as api:
@@ -623,3 +623,7 @@ def test_an_empty_query_is_refused_before_the_store_or_a_model(tmp_path):
         with pytest.raises(ValueError, match="the question is empty"):
             api.ask("")
         assert api._embedder is None and api._store is None
+    from docrefrag.cli import main
+
+    assert main(["ask", " ", "--store", str(tmp_path / "none")]) == 2  # refused before the (missing) store
+    assert "the question is empty" in capsys.readouterr().err
