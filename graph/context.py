@@ -52,7 +52,7 @@ class AskConfig:
     decompose: PlanMode = field(default="never", metadata={
         "help": "when to split the question into sub-queries with the LLM (each searched too): disagreement (only "
                 "when the branches' rankings for the question disagree, then search again), always, never "
-                "(the default: with the 135M local model no setting gained measurably, see evals/RESULTS.md)"})
+                "(the default: with the 135M local model no setting gained measurably, see docs/decisions/planner.md)"})
     disagreement: float = field(default=DISAGREEMENT, metadata={
         "help": "query disagreement Q in [0, 1] at or above which the 'disagreement' modes of hyde and decompose act "
                 "(0.5: the branches' rankings are uncorrelated or opposed)"})

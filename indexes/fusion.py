@@ -53,7 +53,7 @@ two rankings as the branches gave them): a branch switched off on every candidat
 It never acts on the dev stores (their weaker branch keeps at least 0.58 of the stronger one's health)
 and catches a branch replaced by noise on every document (at most 0.49 of the other's): the worst
 stress margin to the best branch goes from -0.033 / -0.045 to +0.000 on MMLongBench-Doc / LongDocURL
-(evals/RESULTS.md, "Branch health from pseudo-queries").
+(docs/decisions/branch-health.md).
 
 D: with c_b = clip(n_b, 0, 1), D(i) = (1 - a) * (c_s - c_d)+ + a * (c_d - c_s)+ in [0, 1]: the
 support of page i from one branch only, weighted by the weight of the branch that does not back it
@@ -65,8 +65,8 @@ consistency Recall@5 by Q: 0.855 (Q < 0.2, 142 questions), 0.701 (0.2-0.35, 122)
 top 5 with AUC 0.69.
 
 The measurements below were taken when the dense score was the best chunk's cosine alone; with the
-visual index's pooled term (indexes/visual.py) the same defaults are measured in evals/RESULTS.md,
-"The page's own vector in the dense score".
+visual index's pooled term (indexes/visual.py) the same defaults are measured in
+docs/decisions/dense-score.md.
 
 Measurements (2026-11-30, 2 CPU cores, `python /tmp/fusion_measure.py mmlb.jsonl table grid stress
 diag`: `fuse` on dumps of our BM25 and visual-index scores for every page of the question's
@@ -113,7 +113,7 @@ differences 0.02-0.04); R@1 / MRR@5 0.411 / 0.639, 0.477 / 0.627, 0.472 / 0.659,
 dense U 0.586 for sum, 0.723 for consistency (sparse 0.745).
 
 With the smoothness term (2026-12-01, `python -m evals.bench_fusion stress DUMP`, each branch's top 50
-pages as candidates as in HybridSearcher, 3 noise seeds; full tables in evals/RESULTS.md), defaults
+pages as candidates as in HybridSearcher, 3 noise seeds; full tables in docs/decisions/fusion.md), defaults
 a0 = 0.45, eta = 0.75 against the previous a0 = 0.35, eta = 0 on the same dumps: MMLongBench-Doc R@5
 0.724 vs 0.723, worst stress margin to the best branch -0.025 vs -0.063 (eta 0.25 / 0.5 / 1 at a0 0.35:
 0.726 / 0.723 / 0.717 with -0.050 / -0.041 / -0.034; eta 2 at a0 0.35-0.45, kappa 1-2: 0.707-0.712);

@@ -17,7 +17,7 @@ fusion switches a branch off for a document's pages when its health is below
 ranking puts every page in the top 5) and documents whose pseudo-queries come from fewer than
 MIN_SOURCES pages (little text) get NaN: no gating.
 
-Measured 2026-12-02 (evals/RESULTS.md, "Branch health from pseudo-queries"): on the dev stores the
+Measured 2026-12-02 (docs/decisions/branch-health.md): on the dev stores the
 weaker branch's health is at least 0.58 (MMLongBench-Doc) / 0.68 (LongDocURL) of the stronger one's on
 every document (the stronger is BM25: verbatim words favour it), and a branch replaced by noise at most
 0.42 / 0.49 of the other's (median 0.13 / 0.10). The pseudo-queries are verbatim, so h_b says whether

@@ -8,12 +8,12 @@ two named vectors:
   they are always scored exactly, over all pages or over the pages a first stage kept).
 
 A page scores ``max_i cos(query, chunk_i) + POOLED_WEIGHT * cos(query, pooled)``: its best region,
-plus how well the page as a whole matches (measured in evals/RESULTS.md, "The page's own vector in
-the dense score": MaxSim alone ranks pages by one region and lets a stray phrase win; with the
-pooled term, dense Recall@5 rose from 0.648 to 0.679 on MMLongBench-Doc and from 0.655 to 0.740 on
-LongDocURL, and weights 0.25-1.0 all gained on both). The two scores come from two queries, one per
-vector; the union of their top lists is completed by id and re-sorted, widened (Fagin's threshold
-algorithm) until no page outside it can score above the k-th, so the result is exact.
+plus how well the page as a whole matches (measured in docs/decisions/dense-score.md: MaxSim alone
+ranks pages by one region and lets a stray phrase win; with the pooled term, dense Recall@5 rose
+from 0.648 to 0.679 on MMLongBench-Doc and from 0.655 to 0.740 on LongDocURL, and weights 0.25-1.0
+all gained on both). The two scores come from two queries, one per vector; the union of their top
+lists is completed by id and re-sorted, widened (Fagin's threshold algorithm) until no page outside
+it can score above the k-th, so the result is exact.
 Blank pages (no non-zero chunk row) are not stored.
 
 Backends, behind one facade (``VisualIndex``):
