@@ -1,131 +1,23 @@
 """Fusion of the sparse (BM25) and dense (visual index) page rankings.
 
 Scores are combined per candidate page; NaN means the page is not among that branch's candidates.
-Methods: "consistency" (the recommended default, below), and for comparison "rrf" (reciprocal rank
-fusion, k = 60), "sum" (min-max normalised sum; an absent page gets the branch's lowest normalised
-score, 0) and "sparse" / "dense" (one branch alone).
+Methods: "consistency" (the default), and for comparison "rrf" (reciprocal rank fusion, k = 60),
+"sum" (min-max normalised sum) and "sparse" / "dense" (one branch alone).
 
-Consistency fusion
-------------------
-    s(i) = a * n_s(i) + (1 - a) * n_d(i) - lambda * D(i)
+Consistency fusion: s(i) = a * n_s(i) + (1 - a) * n_d(i) - lambda * D(i), where n_b is each branch's
+score scaled between its median (0) and its top (1). The weight a moves, in log-odds, from the prior a0
+by four signals of which branch carries evidence for this query:
+- R_b, how many robust noise units the branch's best page stands out of its bulk;
+- the query disagreement Q (Spearman of the two rankings), which sharpens that shift;
+- the smoothness S_b of each branch's ranks along consecutive pages (sections span pages, noise does not);
+- the branch health per document (indexes/health.py): a branch far below the other is switched off there.
+D, the support of a page from one branch only, is exposed in Diagnostics for the graph (which adds a
+HyDE passage when Q >= 0.5); lambda = 0 because the penalty never helped.
 
-n: each branch b is described over its own candidates by its median m_b, a robust noise scale r_b
-(1.4826 * MAD, or 1.2533 * the mean absolute deviation from the median when half the candidates
-tie, e.g. BM25 zeros) and its top score t_b; n_b(i) = (x_b(i) - m_b) / (t_b - m_b) is 1 at the
-branch's top and 0 at its typical candidate (an absent page gets the branch's lowest n_b).
-Anchoring at the median, not the minimum, keeps a few very low pages from squeezing the range.
-
-a: R_b = (t_b - m_b) / r_b is the number of noise units by which the branch's best page stands out
-(0: constant or no candidates, no weight). Medians on MMLongBench-Doc: 5.6 for BM25, 2.5 dense;
-uniform noise gives about 1.4. With the query disagreement Q = (1 - rho) / 2 (rho: Spearman
-correlation of the two branches' ranks over all candidates; 0.24 median on MMLongBench-Doc, 0.47
-when one branch is noise) and the smoothness S_b of each branch along the document (below),
-    logit(a) = logit(a0) + e * log(R_s / R_d) + eta * (S_s - S_d) * sqrt(P),
-    e = gamma + kappa * clip((Q - 0.25) / 0.25, 0, 1)
-a0 is the prior, gamma the adaptation to the score distributions. With e = 1 and eta = 0 the ranking
-is that of a0 * z_s + (1 - a0) * z_d with robust z-scores z_b = (x_b - m_b) / r_b: a branch whose top
-does not stand out of its own bulk contributes little. Shape alone cannot tell a noisy branch from the
-dense one (its scores are close to Gaussian), but two informative branches agree (rho ~ 0.5) and a
-noisy one does not (rho ~ 0): so kappa sharpens the shift toward the branch that stands out when the
-rankings disagree (e = gamma + kappa once rho <= 0), instead of penalising pages. Shifting the weight
-toward the branch whose top pages the other branch ranks high (corroboration) was tried on the same
-dumps (2026-12-01) and lowered the worst stress margin (-0.078 -> -0.085 at strength 2, worse above):
-with two branches, noise disagrees with the dense branch exactly as much as the reverse.
-
-Smoothness, the third signal: sections span pages, so a retriever that carries signal scores
-consecutive pages alike, and one that carries none does not. S_b is the Pearson correlation of the
-branch's ranks (ties averaged, absent candidates tied last) over the P pairs of candidates that are
-consecutive pages of one document (0 when P < 3; needs the candidates' keys, `pages=`). sqrt(P)
-turns the difference into a significance (the correlation of i.i.d. scores has standard error about
-1 / sqrt(P)). Measured on the dumps below (top-50 candidates per branch, as `HybridSearcher`):
-S_b percentiles 5/25/50/75/95 on MMLongBench-Doc BM25 -0.22/-0.01/0.19/0.38/0.59, dense
--0.21/0.02/0.20/0.35/0.60, a noise branch -0.42/-0.21/-0.06/0.07/0.25 (P median 26). It does not
-separate every query, but it breaks the symmetry that R and Q leave between a noisy and a real branch.
-
-Branch health, the fourth signal: per document, how well each branch finds a page from its own words
-(pseudo-queries with a known page, indexes/health.py; h_b <= 1: 1 = the source page always first,
-0 = chance). Where one branch's h is below health_ratio (0.5) times the other's, that branch's scores
-of the document's candidates count as absent (no evidence), for the weight, R, Q and S as for the
-fused score: a query on that document alone takes the other branch alone. NaN health (short documents,
-no text) changes nothing. R, Q, S and a describe the evidence used (top_overlap still compares the
-two rankings as the branches gave them): a branch switched off on every candidate has R = 0 and Q = 0.5
-("no evidence that they agree"), so the graph may add a HyDE passage, which serves the dense branch.
-It never acts on the dev stores (their weaker branch keeps at least 0.58 of the stronger one's health)
-and catches a branch replaced by noise on every document (at most 0.49 of the other's): the worst
-stress margin to the best branch goes from -0.033 / -0.045 to +0.000 on MMLongBench-Doc / LongDocURL
-(docs/decisions/branch-health.md).
-
-D: with c_b = clip(n_b, 0, 1), D(i) = (1 - a) * (c_s - c_d)+ + a * (c_d - c_s)+ in [0, 1]: the
-support of page i from one branch only, weighted by the weight of the branch that does not back it
-(0 where the branches agree). lambda = 0 by measurement: the penalty never helped (table below);
-D is exposed in Diagnostics with Q, R_s, R_d, a and the top-5 overlap, for the graph to act on
-(it adds a HyDE passage when Q >= 0.5: `agents.planner.DISAGREEMENT`). On MMLongBench-Doc,
-consistency Recall@5 by Q: 0.855 (Q < 0.2, 142 questions), 0.701 (0.2-0.35, 122), 0.627
-(0.35-0.5, 78), 0.445 (Q >= 0.5, 27); by top-5 overlap: 0.374 (0/5, 33 questions) to 1.0 (5/5, 10); Q flags the 69 questions with no evidence page in the
-top 5 with AUC 0.69.
-
-The measurements below were taken when the dense score was the best chunk's cosine alone; with the
-visual index's pooled term (indexes/visual.py) the same defaults are measured in
-docs/decisions/dense-score.md.
-
-Measurements (2026-11-30, 2 CPU cores, `python /tmp/fusion_measure.py mmlb.jsonl table grid stress
-diag`: `fuse` on dumps of our BM25 and visual-index scores for every page of the question's
-document, 369 MMLongBench-Doc questions; bootstrap standard error of a difference of two methods'
-Recall@5 about 0.01, of R@3 0.01):
-
-| method | R@1 | R@3 | R@5 | NDCG@5 | MRR@5 |
-|---|---|---|---|---|---|
-| sparse | 0.364 | 0.592 | 0.697 | 0.594 | 0.597 |
-| dense | 0.331 | 0.545 | 0.647 | 0.553 | 0.561 |
-| rrf | 0.397 | 0.630 | 0.713 | 0.628 | 0.639 |
-| sum | 0.403 | 0.646 | 0.730 | 0.638 | 0.641 |
-| consistency | 0.397 | 0.619 | 0.726 | 0.629 | 0.627 |
-
-Stress (R@5, mean of 3 noise seeds): one branch replaced by uniform (U) or Gaussian (G) noise plus
-0.2 x its own min-max scores, a "repetitive vocabulary" branch; top20: each branch's top 20 only.
-
-| case | sparse | dense | rrf | sum | consistency |
-|---|---|---|---|---|---|
-| BM25 U | 0.273 | 0.647 | 0.507 | 0.539 | 0.628 |
-| BM25 G | 0.282 | 0.647 | 0.522 | 0.578 | 0.601 |
-| dense U | 0.697 | 0.249 | 0.507 | 0.604 | 0.655 |
-| dense G | 0.697 | 0.258 | 0.514 | 0.633 | 0.647 |
-| top20 | 0.697 | 0.647 | 0.710 | 0.726 | 0.714 |
-
-Grid (R@5 on MMLongBench-Doc / worst margin over the six cases of R@5 minus the best branch):
-
-| gamma = 1 | kappa 0 | kappa 1 | kappa 2 | kappa 3 |
-|---|---|---|---|---|
-| a0 0.25 | 0.722 / -0.159 | 0.722 / -0.094 | 0.724 / -0.074 | 0.719 / -0.061 |
-| a0 0.35 | 0.726 / -0.092 | 0.727 / -0.062 | 0.726 / -0.051 | 0.723 / -0.060 |
-| a0 0.5 | 0.719 / -0.061 | 0.715 / -0.084 | 0.712 / -0.087 | 0.710 / -0.092 |
-
-At a0 = 0.35, kappa = 2: gamma 0.5 / 1 / 1.5 give 0.719 / 0.726 / 0.716; lambda 0 / 0.1 / 0.2 /
-0.4 give 0.726 / 0.721 / 0.718 / 0.707. Defaults until the smoothness term: the best worst margin,
-a0 = 0.35, gamma = 1, kappa = 2, lambda = 0. On MMLongBench-Doc every fusion sits within 0.01 of 0.73: 78% of the
-evidence pages the sum misses are outside both branches' top 5, so the gain of this method is
-robustness when one branch fails, not recall on a corpus where both work.
-
-Held out (LongDocURL, 6 documents of 54-98 pages, 69 questions; not used to choose anything):
-R@5 sparse 0.745, dense 0.648, rrf 0.745, sum 0.774, consistency 0.745 (standard error of the
-differences 0.02-0.04); R@1 / MRR@5 0.411 / 0.639, 0.477 / 0.627, 0.472 / 0.659, 0.479 / 0.689,
-0.501 / 0.698. Stress there (as above): BM25 U 0.431 for sum, 0.640 for consistency (dense 0.648);
-dense U 0.586 for sum, 0.723 for consistency (sparse 0.745).
-
-With the smoothness term (2026-12-01, `python -m evals.bench_fusion stress DUMP`, each branch's top 50
-pages as candidates as in HybridSearcher, 3 noise seeds; full tables in docs/decisions/fusion.md), defaults
-a0 = 0.45, eta = 0.75 against the previous a0 = 0.35, eta = 0 on the same dumps: MMLongBench-Doc R@5
-0.724 vs 0.723, worst stress margin to the best branch -0.025 vs -0.063 (eta 0.25 / 0.5 / 1 at a0 0.35:
-0.726 / 0.723 / 0.717 with -0.050 / -0.041 / -0.034; eta 2 at a0 0.35-0.45, kappa 1-2: 0.707-0.712);
-LongDocURL (held out) 0.778 vs 0.763, worst margin -0.051 vs -0.090.
-
-Known limit of S: a page one branch did not propose counts as its lowest rank, and those pages are
-the other branch's top pages, which sit together; so on long documents a noisy branch looks smoother
-than on short ones (noise S median by document length on the MMLongBench-Doc dump: -0.05 up to 50
-pages, 0.01 for 51-150, 0.12 above 150; BM25 0.17 / 0.31 / 0.38, so the gap holds there). Counting
-only the pairs a branch scored both pages of (its own S and P per branch) removes that drift but
-measured worse on both sets (2026-12-01: MMLongBench-Doc dev 0.720, worst margin -0.030; LongDocURL
-0.763, -0.066), so the tied ranks stay.
+Why it is the default: on the dev sets every fusion is within about 0.01 Recall@5 of the others, but
+with one branch replaced by noise the plain sum loses up to 0.24 to the best branch and this method
+nothing. The formulas, the grids and the stress tables behind every constant are in
+docs/decisions/fusion.md.
 """
 
 from __future__ import annotations

@@ -17,14 +17,8 @@ fusion switches a branch off for a document's pages when its health is below
 ranking puts every page in the top 5) and documents whose pseudo-queries come from fewer than
 MIN_SOURCES pages (little text) get NaN: no gating.
 
-Measured 2026-12-02 (docs/decisions/branch-health.md): on the dev stores the
-weaker branch's health is at least 0.58 (MMLongBench-Doc) / 0.68 (LongDocURL) of the stronger one's on
-every document (the stronger is BM25: verbatim words favour it), and a branch replaced by noise at most
-0.42 / 0.49 of the other's (median 0.13 / 0.10). The pseudo-queries are verbatim, so h_b says whether
-a branch works on a document at all, not which branch answers paraphrased questions better: only a
-large gap acts. 32 queries per document were too few (the same commands with QUERIES = 32): drawn
-without repeats, a noise branch passed on a few short documents (worst margin -0.001 on MMLongBench-Doc);
-with repeats, one document's real dense branch fell below the ratio (dev Recall@5 0.734 -> 0.731).
+Why only a large gap acts, and why QUERIES = 64: docs/decisions/branch-health.md (on the dev
+stores the weaker real branch keeps at least 0.58 of the other's health, a noise branch at most 0.49).
 
 The health is computed once per document and kept in the store's catalog (`Store.branch_health`);
 VERSION names this recipe, so a change of it recomputes the records: bump it also when a branch's
