@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from langchain_core.language_models import BaseChatModel

@@ -164,7 +164,7 @@ class LocalChatModel(BaseChatModel):
         logprobs: list[float] = []
         text, sent, finish, n_out = "", 0, "length", 0
         steps = token_steps(lm.model, input_ids=ids, temperature=temperature)
-        for n_out, (nxt, logp) in enumerate(itertools.islice(steps, max_new_tokens), 1):
+        for n_out, (nxt, logp) in enumerate(itertools.islice(steps, max_new_tokens), 1):  # noqa: B007 (n_out counts after the loop)
             if int(nxt[0]) in lm.stop_ids:
                 finish = "stop"
                 break

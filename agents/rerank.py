@@ -7,7 +7,7 @@ text as the chat answerer reads it (a text cross-encoder: slower, and only as go
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -9,8 +9,8 @@ reciprocal rank, so a page needed by any sub-query can surface.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from agents.schemas import Plan
 from indexes.fusion import RRF_K, FusionMethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -85,7 +85,7 @@ class ToolRegistry:
         return self.tools[name]
 
     @classmethod
-    def from_config(cls, store: Store, searcher: HybridSearcher, extra: Sequence[str] = ()) -> "ToolRegistry":
+    def from_config(cls, store: Store, searcher: HybridSearcher, extra: Sequence[str] = ()) -> ToolRegistry:
         registry = cls(builtin_tools(store, searcher))
         for path in extra:
             factory: ToolFactory = load_object(path, "package.module:factory")

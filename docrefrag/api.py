@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import platformdirs
 
@@ -62,7 +63,7 @@ class DocRefrag:
             self._store.close()
             self._store = None
 
-    def __enter__(self) -> "DocRefrag":
+    def __enter__(self) -> DocRefrag:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -91,7 +92,7 @@ class DocRefrag:
             self._encoder = LayoutGridEncoder(self.embedder)
         return self._encoder
 
-    def reader(self, checkpoint: Path | str | None = None) -> "DocRefragReader":
+    def reader(self, checkpoint: Path | str | None = None) -> DocRefragReader:
         """The Doc-REFRAG reader (default: the checkpoint shipped in the package), loaded once."""
         from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
 
@@ -146,7 +147,7 @@ class DocRefrag:
     def docs(self) -> list[DocInfo]:
         return self.open_store().documents()
 
-    def llm(self, spec: "str | BaseChatModel | None" = None, timeout: float = 60, max_retries: int = 2) -> "BaseChatModel":
+    def llm(self, spec: str | BaseChatModel | None = None, timeout: float = 60, max_retries: int = 2) -> BaseChatModel:
         """A chat model from a spec (see `agents.llm.make_llm`; `timeout` in seconds per read and
         `max_retries` apply to `openai:` endpoints); the local default is shared."""
         from langchain_core.language_models import BaseChatModel
@@ -161,10 +162,10 @@ class DocRefrag:
             return self._llm
         return make_llm(spec, timeout=timeout, max_retries=max_retries)
 
-    def ask(self, question: str, doc: str | Sequence[str] | None = None, llm: "str | BaseChatModel | None" = None,
-            config: "AskConfig | None" = None, on_event: Callable[[str, dict], None] | None = None,
+    def ask(self, question: str, doc: str | Sequence[str] | None = None, llm: str | BaseChatModel | None = None,
+            config: AskConfig | None = None, on_event: Callable[[str, dict], None] | None = None,
             thread_id: str | None = None, nodes: dict | None = None,
-            checkpoint: Path | str | None = None) -> "AskResult":
+            checkpoint: Path | str | None = None) -> AskResult:
         """Answer `question` from the store's documents (or `doc`), with citations and a trace.
 
         `on_event(node, update)` is called as each graph node finishes (streaming). The run is
@@ -176,9 +177,9 @@ class DocRefrag:
         return self._run(self.usable_store(), question, doc, llm, config, on_event, thread_id, nodes, checkpoint,
                          resume=False)
 
-    def resume(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,
+    def resume(self, thread_id: str, llm: str | BaseChatModel | None = None, config: AskConfig | None = None,
                on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None,
-               checkpoint: Path | str | None = None) -> "AskResult":
+               checkpoint: Path | str | None = None) -> AskResult:
         """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
         with its own question and documents and the options it was started with (`graph.runs`): an
         option left None takes the stored value; one that differs from it is refused (ValueError)."""
@@ -188,8 +189,8 @@ class DocRefrag:
         return self._run(store, "", None, model or options.llm, options.config, on_event, thread_id, nodes,
                          options.checkpoint, resume=True)
 
-    def resume_options(self, thread_id: str, llm: "str | BaseChatModel | None" = None, config: "AskConfig | None" = None,
-                       checkpoint: Path | str | None = None) -> "RunOptions":
+    def resume_options(self, thread_id: str, llm: str | BaseChatModel | None = None, config: AskConfig | None = None,
+                       checkpoint: Path | str | None = None) -> RunOptions:
         """What `resume` would run `thread_id` with: its stored options, with the given ones where they
         agree; a given option that differs from the stored one raises ValueError naming both."""
         from graph.runs import recorded_run, resume_options
@@ -199,14 +200,14 @@ class DocRefrag:
                               self._spec(model) if model is not None else llm, config,
                               None if checkpoint is None else str(checkpoint), model_given=model is not None)
 
-    def run_options(self, thread_id: str) -> "RunOptions | None":
+    def run_options(self, thread_id: str) -> RunOptions | None:
         """The options run `thread_id` was started with (`graph.runs`), or None for an unknown run."""
         from graph.runs import recorded_run
 
         return recorded_run(self._runs_db(self.open_store()), thread_id)
 
     @staticmethod
-    def _spec(model: "BaseChatModel") -> str | None:
+    def _spec(model: BaseChatModel) -> str | None:
         from agents.llm import llm_spec
 
         return llm_spec(model)
@@ -216,7 +217,7 @@ class DocRefrag:
         return store.root / "checkpoints.sqlite"
 
     def _run(self, store: Store, question: str, doc, llm, config, on_event, thread_id, nodes, checkpoint,
-             resume: bool) -> "AskResult":
+             resume: bool) -> AskResult:
         import uuid
 
         from graph.context import AskConfig

@@ -450,7 +450,7 @@ class _ProgressLine:
         self.round, self.shown, self.last = 1, False, 0.0
         self._reporting = None
 
-    def __enter__(self) -> "_ProgressLine":
+    def __enter__(self) -> _ProgressLine:
         from docrefrag_core.decoding import decoding_progress
 
         self._reporting = decoding_progress(self.model)

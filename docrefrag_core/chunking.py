@@ -7,7 +7,7 @@ a page scored by its best k=3 chunk (MaxSim) beats whole-window embeddings for p
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -58,7 +58,7 @@ class PageEncoder(Protocol):
 
 
 class LayoutGridEncoder:
-    def __init__(self, embedder: "TextEmbedder", config: EncoderConfig | None = None) -> None:
+    def __init__(self, embedder: TextEmbedder, config: EncoderConfig | None = None) -> None:
         self.config = config or EncoderConfig(text_dim=embedder.dim, max_tokens=embedder.max_tokens)
         if self.config.text_dim != embedder.dim:
             raise ValueError(

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 from docrefrag_core.pdf import pymupdf
 

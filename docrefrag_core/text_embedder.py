@@ -42,7 +42,7 @@ class TextEmbedder:
         return self.model(**inputs).last_hidden_state.float()  # (B, T, d)
 
     @classmethod
-    def default(cls, **kwargs) -> "TextEmbedder":
+    def default(cls, **kwargs) -> TextEmbedder:
         from docrefrag_core.weights import model_dir
 
         return cls(model_dir("minilm"), **kwargs)

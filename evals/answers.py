@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel

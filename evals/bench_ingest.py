@@ -48,7 +48,7 @@ class PeakRSS:
             self.peak = max(self.peak, total)
             time.sleep(self.interval)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self._thread.start()
         return self
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from tqdm import tqdm

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 
@@ -86,7 +87,7 @@ class AskConfig:
         return self.answerer == "reader" or (self.rerank and self.reranker == "reader")
 
     @classmethod
-    def from_file(cls, path: Path, base: "AskConfig | None" = None) -> "AskConfig":
+    def from_file(cls, path: Path, base: AskConfig | None = None) -> AskConfig:
         """A config from a TOML or JSON file of AskConfig fields (the others keep `base`'s values, by
         default the defaults)."""
         try:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import Callable, Literal
+from typing import Literal
 
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph

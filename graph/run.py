@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langgraph.checkpoint.sqlite import SqliteSaver

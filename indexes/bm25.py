@@ -16,9 +16,9 @@ import re
 import uuid
 import zipfile
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -79,7 +79,7 @@ class BM25Index:
         self.page_len = np.asarray(self.page_counts.sum(axis=1)).ravel()  # (n_pages,)
 
     @classmethod
-    def build(cls, chunks: Iterable[tuple[str, int, int, str]]) -> "BM25Index":
+    def build(cls, chunks: Iterable[tuple[str, int, int, str]]) -> BM25Index:
         """From (doc_id, page, chunk index, text) tuples."""
         rows, data, indices, indptr = [], [], [], [0]
         vocab: dict[str, int] = {}
@@ -105,7 +105,7 @@ class BM25Index:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: Path, generation: int) -> "BM25Index | None":
+    def load(cls, path: Path, generation: int) -> BM25Index | None:
         """The index saved at `path` if it reflects store generation `generation`, else None."""
         try:
             with np.load(path) as z:

@@ -4,8 +4,9 @@ the model layer does not import this one)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from indexes.hybrid import HybridSearcher
 from indexes.ingest import Ingestor, IngestResult
@@ -19,7 +20,7 @@ class CorpusIndex:
     """The store at `folder` (created if absent); `ingest` adds documents (resumable; unchanged files
     are skipped); `searcher` ranks pages for the hard negatives."""
 
-    def __init__(self, folder: Path, embedder: "TextEmbedder", show_progress: bool = False) -> None:
+    def __init__(self, folder: Path, embedder: TextEmbedder, show_progress: bool = False) -> None:
         self.store = Store(folder, create=True)
         self.searcher = HybridSearcher(self.store, embedder)
         self.show_progress = show_progress

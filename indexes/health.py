@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class BranchHealth:
     queries: int
 
     @classmethod
-    def unmeasured(cls) -> "BranchHealth":
+    def unmeasured(cls) -> BranchHealth:
         return cls(float("nan"), float("nan"), 0)
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,7 +54,7 @@ class Candidates:
 class HybridSearcher:
     """Each branch proposes `n_candidates` pages; the union is fused and the top k returned."""
 
-    def __init__(self, store: Store, embedder: "TextEmbedder", n_candidates: int = 50) -> None:
+    def __init__(self, store: Store, embedder: TextEmbedder, n_candidates: int = 50) -> None:
         self.store, self.embedder, self.n_candidates = store, embedder, n_candidates
 
     def candidates(self, query: str, doc_ids: Sequence[str] | None = None, k: int = 0,
@@ -70,7 +71,7 @@ class HybridSearcher:
         scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
         if not scope:
             return Candidates(scope, [], np.zeros(0), np.zeros(0), None, np.zeros((0, 2)))
-        self.store.visual  # opened first: if another process holds the index, fail before any work
+        self.store.visual  # noqa: B018 (opened first: if another process holds the index, fail before any work)
         query_vec = self.embedder.embed_queries([dense_query or query])[0]
         keys, sparse, dense, scored = self._branches(query, query_vec, scope, max(self.n_candidates, k))
         health = self.health(sorted({doc for doc, _ in keys}))

@@ -13,12 +13,13 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Literal
 
 import numpy as np
 from tqdm import tqdm
@@ -240,7 +241,7 @@ class Ingestor:
         self.workers = workers or max(1, min(os.cpu_count() or 1, 4))
         self._pool: ProcessPoolExecutor | None = None
 
-    def __enter__(self) -> "Ingestor":
+    def __enter__(self) -> Ingestor:
         return self
 
     def __exit__(self, *exc: object) -> None:

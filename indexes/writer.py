@@ -27,7 +27,7 @@ class IngestLock:
         self.path = Path(root) / LOCK_NAME
         self._file = None
 
-    def __enter__(self) -> "IngestLock":
+    def __enter__(self) -> IngestLock:
         file = self.path.open("a+")
         try:
             portalocker.lock(file, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)

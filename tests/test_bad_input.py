@@ -559,7 +559,7 @@ def test_a_new_store_is_not_bound_to_a_qdrant_server_that_did_not_answer(tmp_pat
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with Store(tmp_path / "store", qdrant_url=dead, create=True) as store:
         with pytest.raises(QdrantUnavailableError, match="cannot reach the Qdrant server"):
-            store.visual
+            store.visual  # noqa: B018
     with Store(tmp_path / "store") as store:
         assert store.qdrant_url is None  # the next ingest uses the embedded index (or another URL)
 

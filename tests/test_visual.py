@@ -97,7 +97,7 @@ def test_search_is_the_exact_top_k_by_best_chunk_plus_weighted_pooled_cosine(ind
         pooled = unit(rng.standard_normal(DIM).astype(np.float32))  # not the chunks' mean: the terms disagree
         items.append(("doc-a" if page <= 40 else "doc-b", page, pooled, chunks))
     index.upsert_pages(items)
-    for seed in range(5):
+    for _ in range(5):
         query = unit(rng.standard_normal(DIM).astype(np.float32))
         for docs in (None, ["doc-a"]):
             kept = [it for it in items if docs is None or it[0] in docs]
