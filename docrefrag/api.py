@@ -40,6 +40,11 @@ def check_question(question: str) -> None:
         raise ValueError('the question is empty; ask it in words, e.g. docrefrag ask "What was net revenue in 2023?"')
 
 
+def _model_object(llm: str | BaseChatModel | None) -> BaseChatModel | None:
+    """`llm` when it is a chat model object, None when it is a spec (or None)."""
+    return None if llm is None or isinstance(llm, str) else llm
+
+
 def default_store() -> Path:
     """`$DOCREFRAG_STORE`, else the user data dir (e.g. ~/.local/share/docrefrag/store)."""
     env = os.environ.get("DOCREFRAG_STORE")
@@ -184,10 +189,9 @@ class DocRefrag:
         with its own question and documents and the options it was started with (`graph.runs`): an
         option left None takes the stored value; one that differs from it is refused (ValueError)."""
         store = self.usable_store()
-        model = llm if llm is not None and not isinstance(llm, str) else None
         options = self.resume_options(thread_id, llm, config, checkpoint)
-        return self._run(store, "", None, model or options.llm, options.config, on_event, thread_id, nodes,
-                         options.checkpoint, resume=True)
+        return self._run(store, "", None, _model_object(llm) or options.llm, options.config, on_event, thread_id,
+                         nodes, options.checkpoint, resume=True)
 
     def resume_options(self, thread_id: str, llm: str | BaseChatModel | None = None, config: AskConfig | None = None,
                        checkpoint: Path | str | None = None) -> RunOptions:
@@ -195,7 +199,7 @@ class DocRefrag:
         agree; a given option that differs from the stored one raises ValueError naming both."""
         from graph.runs import recorded_run, resume_options
 
-        model = llm if llm is not None and not isinstance(llm, str) else None
+        model = _model_object(llm)
         return resume_options(thread_id, recorded_run(self._runs_db(self.open_store()), thread_id),
                               self._spec(model) if model is not None else llm, config,
                               None if checkpoint is None else str(checkpoint), model_given=model is not None)

@@ -281,18 +281,15 @@ class Ingestor:
         return results
 
     def _measure_health(self) -> None:
-        """The branch health of every ready document that lacks it (once per document)."""
+        """The branch health of every ready document that lacks it (`HybridSearcher.health` measures
+        only those, once per document)."""
         from indexes.hybrid import HybridSearcher
 
-        ready = self.store.ready_ids()
-        new = sorted(set(ready) - set(self.store.branch_health(ready)))
-        if not new:
-            return
         try:
-            HybridSearcher(self.store, self.embedder).health(new)
+            HybridSearcher(self.store, self.embedder).health(self.store.ready_ids())
         except (StoreError, sqlite3.Error, OSError, RuntimeError) as e:  # ingested all the same; a search measures it
-            logger.warning("the branch health of %d new document(s) was not measured (%s); the first search "
-                           "will measure it", len(new), e)
+            logger.warning("the branch health of the new documents was not measured (%s); their first search "
+                           "will measure it", e)
 
     def _ingest_one(self, source: DocSource) -> IngestResult:
         try:
