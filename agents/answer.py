@@ -20,15 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from docrefrag.agents import prompts
+from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.schemas import Citation, Claim
+from docrefrag.core.chunking import box_overlap, chunk_box, region_words
+from docrefrag.indexes.bm25 import tokenize
+from docrefrag.indexes.store import ChunkRecord, Store
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
-
-from agents import prompts
-from agents.llm import invoke_llm
-from agents.schemas import Citation, Claim
-from docrefrag_core.chunking import box_overlap, chunk_box, region_words
-from indexes.bm25 import tokenize
-from indexes.store import ChunkRecord, Store
 
 logger = logging.getLogger(__name__)
 

@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 import openai
 import torch
+from docrefrag.agents.plugins import load_object
+from docrefrag.core.decoding import load_causal_lm, token_steps
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.exceptions import ModelConnectionError, ModelError, ModelTimeoutError
 from langchain_core.language_models import LanguageModelInput
@@ -42,9 +44,6 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_openai import ChatOpenAI
 from pydantic import Field, model_validator
-
-from agents.plugins import load_object
-from docrefrag_core.decoding import load_causal_lm, token_steps
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ class LocalChatModel(BaseChatModel):
     @model_validator(mode="after")
     def _resolve_path(self) -> LocalChatModel:
         if self.path is None:
-            from docrefrag_core.weights import model_dir
+            from docrefrag.core.weights import model_dir
 
             self.path = model_dir("smollm2")
         self.path = Path(self.path).expanduser().resolve()
@@ -448,7 +447,7 @@ def _make_llm(spec: str | None, timeout: float, max_retries: int, backoff: float
     if spec.startswith("local:"):
         if not spec[6:]:
             raise ValueError(f"--llm {spec!r} names no directory; use one of {', '.join(SPEC_FORMS)}")
-        from docrefrag_core.weights import DECODERS, model_dir
+        from docrefrag.core.weights import DECODERS, model_dir
 
         if spec[6:] in DECODERS:  # a cached registry decoder by name (`docrefrag models fetch NAME`)
             return LocalChatModel(path=model_dir(spec[6:]))

@@ -16,13 +16,12 @@ from __future__ import annotations
 import logging
 import re
 
+from docrefrag.agents import prompts
+from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.schemas import EvidenceType, Plan
+from docrefrag.indexes.bm25 import STOPWORDS
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
-
-from agents import prompts
-from agents.llm import invoke_llm
-from agents.schemas import EvidenceType, Plan
-from indexes.bm25 import STOPWORDS
 
 logger = logging.getLogger(__name__)
 

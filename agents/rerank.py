@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-
-from agents import prompts
-from agents.answer import page_texts
-from agents.llm import LocalChatModel
-from docrefrag_core.reader import DocRefragReader
-from indexes.store import Store
+from docrefrag.agents import prompts
+from docrefrag.agents.answer import page_texts
+from docrefrag.agents.llm import LocalChatModel
+from docrefrag.core.reader import DocRefragReader
+from docrefrag.indexes.store import Store
 
 Reranker = Callable[[str, list[tuple[str, int]]], list[float]]
 

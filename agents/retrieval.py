@@ -12,9 +12,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agents.schemas import Plan
-from indexes.fusion import RRF_K, FusionMethod
-from indexes.hybrid import Hit, HybridSearcher
+from docrefrag.agents.schemas import Plan
+from docrefrag.indexes.fusion import RRF_K, FusionMethod
+from docrefrag.indexes.hybrid import Hit, HybridSearcher
 
 logger = logging.getLogger(__name__)
 

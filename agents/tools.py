@@ -13,12 +13,11 @@ import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from docrefrag.agents.plugins import load_object
+from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
-
-from agents.plugins import load_object
-from indexes.errors import StoreError
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
 
 ToolFactory = Callable[[Store, HybridSearcher], BaseTool]
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import re
 
+from docrefrag.agents import prompts
+from docrefrag.agents.answer import PageText, is_unanswerable
+from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.schemas import Claim, Verdict
+from docrefrag.indexes.bm25 import tokenize
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
-
-from agents import prompts
-from agents.answer import PageText, is_unanswerable
-from agents.llm import invoke_llm
-from agents.schemas import Claim, Verdict
-from indexes.bm25 import tokenize
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 

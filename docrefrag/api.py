@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
-from indexes.errors import StoreError
-from indexes.fusion import DEFAULT_METHOD, FusionMethod
-from indexes.hybrid import Hit, HybridSearcher
-from indexes.ingest import Ingestor, IngestResult, check_workers, discover
-from indexes.store import DocInfo, Store, unfinished_summary
+from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
+from docrefrag.indexes.hybrid import Hit, HybridSearcher
+from docrefrag.indexes.ingest import Ingestor, IngestResult, check_workers, discover
+from docrefrag.indexes.store import DocInfo, Store, unfinished_summary
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
-    from docrefrag_core.reader import DocRefragReader
-    from graph.context import AskConfig
-    from graph.run import AskResult
-    from graph.runs import RunOptions
+    from docrefrag.core.reader import DocRefragReader
+    from docrefrag.graph.context import AskConfig
+    from docrefrag.graph.run import AskResult
+    from docrefrag.graph.runs import RunOptions
 
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class DocRefrag:
     def embedder(self):
         """The query embedder (the page encoder's text embedder), loaded on first use."""
         if self._embedder is None:
-            from docrefrag_core.text_embedder import TextEmbedder
+            from docrefrag.core.text_embedder import TextEmbedder
 
             self._embedder = TextEmbedder.default()
         return self._embedder
@@ -92,14 +92,14 @@ class DocRefrag:
     def encoder(self):
         """The page encoder over the query embedder (its id must match the store's and the reader's)."""
         if self._encoder is None:
-            from docrefrag_core.page_encoder import LayoutGridEncoder
+            from docrefrag.core.page_encoder import LayoutGridEncoder
 
             self._encoder = LayoutGridEncoder(self.embedder)
         return self._encoder
 
     def reader(self, checkpoint: Path | str | None = None) -> DocRefragReader:
         """The Doc-REFRAG reader (default: the checkpoint shipped in the package), loaded once."""
-        from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
+        from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
 
         path = Path(checkpoint) if checkpoint is not None else DEFAULT_CHECKPOINT
         if path not in self._readers:
@@ -110,7 +110,7 @@ class DocRefrag:
     def ingest(self, paths: Path | str | Iterable[Path | str], workers: int | None = None,
                show_progress: bool = False) -> list[IngestResult]:
         """Ingest PDF files, folders of PDFs and folders of page images (one path or several); see
-        `indexes.ingest`. The retrieval branches' health on each new document is measured at the end."""
+        `docrefrag.indexes.ingest`. The retrieval branches' health on each new document is measured at the end."""
         check_workers(workers)
         sources, failed = discover([paths] if isinstance(paths, (str, Path)) else paths)
         if not sources:  # nothing to ingest (wrong paths, unsupported files): no store is created or touched
@@ -153,11 +153,11 @@ class DocRefrag:
         return self.open_store().documents()
 
     def llm(self, spec: str | BaseChatModel | None = None, timeout: float = 60, max_retries: int = 2) -> BaseChatModel:
-        """A chat model from a spec (see `agents.llm.make_llm`; `timeout` in seconds per read and
+        """A chat model from a spec (see `docrefrag.agents.llm.make_llm`; `timeout` in seconds per read and
         `max_retries` apply to `openai:` endpoints); the local default is shared."""
         from langchain_core.language_models import BaseChatModel
 
-        from agents.llm import make_llm
+        from docrefrag.agents.llm import make_llm
 
         if isinstance(spec, BaseChatModel):
             return spec
@@ -186,7 +186,7 @@ class DocRefrag:
                on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None,
                checkpoint: Path | str | None = None) -> AskResult:
         """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
-        with its own question and documents and the options it was started with (`graph.runs`): an
+        with its own question and documents and the options it was started with (`docrefrag.graph.runs`): an
         option left None takes the stored value; one that differs from it is refused (ValueError)."""
         store = self.usable_store()
         options = self.resume_options(thread_id, llm, config, checkpoint)
@@ -197,7 +197,7 @@ class DocRefrag:
                        checkpoint: Path | str | None = None) -> RunOptions:
         """What `resume` would run `thread_id` with: its stored options, with the given ones where they
         agree; a given option that differs from the stored one raises ValueError naming both."""
-        from graph.runs import recorded_run, resume_options
+        from docrefrag.graph.runs import recorded_run, resume_options
 
         model = _model_object(llm)
         return resume_options(thread_id, recorded_run(self._runs_db(self.open_store()), thread_id),
@@ -205,14 +205,14 @@ class DocRefrag:
                               None if checkpoint is None else str(checkpoint), model_given=model is not None)
 
     def run_options(self, thread_id: str) -> RunOptions | None:
-        """The options run `thread_id` was started with (`graph.runs`), or None for an unknown run."""
-        from graph.runs import recorded_run
+        """The options run `thread_id` was started with (`docrefrag.graph.runs`), or None for an unknown run."""
+        from docrefrag.graph.runs import recorded_run
 
         return recorded_run(self._runs_db(self.open_store()), thread_id)
 
     @staticmethod
     def _spec(model: BaseChatModel) -> str | None:
-        from agents.llm import llm_spec
+        from docrefrag.agents.llm import llm_spec
 
         return llm_spec(model)
 
@@ -224,9 +224,9 @@ class DocRefrag:
              resume: bool) -> AskResult:
         import uuid
 
-        from graph.context import AskConfig
-        from graph.run import run_ask
-        from graph.runs import RunOptions, record_run
+        from docrefrag.graph.context import AskConfig
+        from docrefrag.graph.run import run_ask
+        from docrefrag.graph.runs import RunOptions, record_run
 
         doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
         config = config or AskConfig()

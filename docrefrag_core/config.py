@@ -37,7 +37,7 @@ class EncoderConfig:
 
     @property
     def visual_dim(self) -> int:
-        from docrefrag_core.page_encoder import VISUAL_FEATURES
+        from docrefrag.core.page_encoder import VISUAL_FEATURES
 
         return len(VISUAL_FEATURES)
 

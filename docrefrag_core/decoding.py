@@ -1,7 +1,7 @@
 """Loading a local causal LM once, and stepping it token by token over a KV cache.
 
 `load_causal_lm(path, dtype)` loads the tokenizer and model of a Hugging Face directory once per
-resolved path and dtype in a process: the chat model (`agents.llm.LocalChatModel`, which the
+resolved path and dtype in a process: the chat model (`docrefrag.agents.llm.LocalChatModel`, which the
 planner, validator and answer agent share) and the reader (`reader.load_decoder`) over the same
 directory get the same copy when they ask for the same dtype. `token_steps` is the one greedy (or
 sampled) decoding loop both run: from input ids (the chat prompt) or input embeddings (the

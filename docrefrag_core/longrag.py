@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from docrefrag.core.synthetic import Fact
 from tqdm import tqdm
-
-from docrefrag_core.synthetic import Fact
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ into a `grid x grid` layout grid (18 x 18 = 324 tokens); the token of a cell is
 
 Any other encoder (a Hugging Face vision tower with local weights: SigLIP, Qwen2-VL's, ColPali's)
 can stand in behind `PageEncoder`, as long as it returns `m` tokens in raster order (resample its
-patch grid to the layout grid with `docrefrag_core.chunking`).
+patch grid to the layout grid with `docrefrag.core.chunking`).
 """
 
 from __future__ import annotations
@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+from docrefrag.core.config import EncoderConfig
+from docrefrag.core.page import BLOCK_KINDS, PageInput
 from PIL import Image
 
-from docrefrag_core.config import EncoderConfig
-from docrefrag_core.page import BLOCK_KINDS, PageInput
-
 if TYPE_CHECKING:
-    from docrefrag_core.text_embedder import TextEmbedder
+    from docrefrag.core.text_embedder import TextEmbedder
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +129,7 @@ class LayoutGridEncoder:
 
 def default_encoder() -> LayoutGridEncoder:
     """The default page encoder over the cached all-MiniLM-L6-v2 (`docrefrag models fetch`)."""
-    from docrefrag_core.text_embedder import TextEmbedder
+    from docrefrag.core.text_embedder import TextEmbedder
 
     return LayoutGridEncoder(TextEmbedder.default())
 

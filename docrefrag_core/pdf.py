@@ -3,7 +3,7 @@
 `import pymupdf` imports `pymupdf.layout` when the pymupdf-layout package is installed (it is a
 dependency of PyMuPDF 2.0), which costs 0.5-1.3 s on 2 cores and loads an ONNX model we do not use:
 docrefrag runs pymupdf4llm in legacy mode (the layout model costs ~1 s per page here). Every module
-of the project imports PyMuPDF from here (`from docrefrag_core.pdf import pymupdf`).
+of the project imports PyMuPDF from here (`from docrefrag.core.pdf import pymupdf`).
 """
 
 import sys

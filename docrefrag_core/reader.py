@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from docrefrag.core.config import ReaderConfig
+from docrefrag.core.decoding import load_causal_lm, shared_weights_copy, token_steps
+from docrefrag.core.projector import ChunkProjector, TokenAligner
+from docrefrag.core.selector import ChunkSelector, Selector, budget
 from torch import nn
-
-from docrefrag_core.config import ReaderConfig
-from docrefrag_core.decoding import load_causal_lm, shared_weights_copy, token_steps
-from docrefrag_core.projector import ChunkProjector, TokenAligner
-from docrefrag_core.selector import ChunkSelector, Selector, budget
 
 logger = logging.getLogger(__name__)
 
@@ -316,24 +315,24 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
                 embed_question: QuestionEmbedder | None = None, encoder_id: str | None = None) -> DocRefragReader:
     """A reader over the decoder at `decoder` (default: the cached SmolLM2-135M-Instruct) with the trained
     parts from `checkpoint` (default: the one shipped in the package; None: untrained, for training)."""
-    from docrefrag_core.checkpoint import checkpoint_id, checkpoint_reader_config, load_checkpoint
+    from docrefrag.core.checkpoint import checkpoint_id, checkpoint_reader_config, load_checkpoint
 
     chosen = decoder
     if chosen is None and checkpoint is not None:  # a checkpoint trained on another decoder names it
-        from docrefrag_core.checkpoint import CheckpointError, read_checkpoint_config
+        from docrefrag.core.checkpoint import CheckpointError, read_checkpoint_config
 
         chosen = read_checkpoint_config(checkpoint).get("decoder_path")
         if chosen is not None and not Path(chosen).is_dir():
             raise CheckpointError(f"reader checkpoint {checkpoint} was trained with the decoder at {chosen}, which "
                                   "is not there any more; put it back, or retrain with the default decoder")
     if chosen is None:
-        from docrefrag_core.weights import model_dir
+        from docrefrag.core.weights import model_dir
 
         decoder = model_dir("smollm2")
     else:
         decoder = chosen
     if embed_question is None or encoder_id is None:
-        from docrefrag_core.page_encoder import default_encoder
+        from docrefrag.core.page_encoder import default_encoder
 
         encoder = default_encoder()
         embed_question = embed_question or encoder.embedder.embed_queries

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from docrefrag_core.pdf import pymupdf
+from docrefrag.core.pdf import pymupdf
 
 A4 = (595.0, 842.0)
 NO_EVIDENCE_BOX = (0.0, 0.0, 0.0, 0.0)  # bbox of an unanswerable question's Fact (its page is 0)

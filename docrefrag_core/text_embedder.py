@@ -43,7 +43,7 @@ class TextEmbedder:
 
     @classmethod
     def default(cls, **kwargs) -> TextEmbedder:
-        from docrefrag_core.weights import model_dir
+        from docrefrag.core.weights import model_dir
 
         return cls(model_dir("minilm"), **kwargs)
 

@@ -9,11 +9,11 @@
 - stage 3, GRPO: the decoder, norm, projector, aligner and LoRA frozen; the selector trained with
   the group-relative objective of `grpo` on multi-page sequences (2-4 pages of the evidence's
   document: a rollout group over noisy 20-30-page sequences costs minutes on 2 CPU cores), reward =
-  the `reward` function given to the trainer (the face gives `evals.scoring.mmlongbench_score`, the
+  the `reward` function given to the trainer (the face gives `docrefrag.evals.scoring.mmlongbench_score`, the
   benchmark's own scorer) of the decoded answer, budget p ~ U[p_min, p_max].
 
 The corpus is indexed by the `open_index` factory given to the trainer (the face gives
-`indexes.corpus.CorpusIndex`): this layer imports neither the indexes nor the evaluation.
+`docrefrag.indexes.corpus.CorpusIndex`): this layer imports neither the indexes nor the evaluation.
 
 Every stage starts from the previous stage's checkpoint (stage 1 and an ablation's stage 2 from
 untrained parts), resumes from its own `state.pt` (written atomically every `save_every` steps),
@@ -38,13 +38,12 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from docrefrag.core.config import TrainConfig
+from docrefrag.core.grpo import group_advantages, grpo_loss
+from docrefrag.core.longrag import PageSearch
+from docrefrag.core.selector import budget, sample_selection, selection_log_prob
+from docrefrag.core.train_data import Corpus, Example, ExampleSampler, build_corpus
 from tqdm.auto import tqdm
-
-from docrefrag_core.config import TrainConfig
-from docrefrag_core.grpo import group_advantages, grpo_loss
-from docrefrag_core.longrag import PageSearch
-from docrefrag_core.selector import budget, sample_selection, selection_log_prob
-from docrefrag_core.train_data import Corpus, Example, ExampleSampler, build_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ class Trainer:
     """The corpus, the searcher and the reader's building blocks, shared by the stages of one run."""
 
     def __init__(self, config: TrainConfig, open_index: IndexFactory, reward: Reward, show_progress: bool = True) -> None:
-        from docrefrag_core.page_encoder import default_encoder
+        from docrefrag.core.page_encoder import default_encoder
 
         check_device(config.device)
         self.config, self.reward, self.show_progress = config, reward, show_progress
@@ -120,7 +119,7 @@ class Trainer:
     # -------------------------------------------------------------- the reader
 
     def reader(self, stage: str):
-        from docrefrag_core.reader import load_reader
+        from docrefrag.core.reader import load_reader
 
         init = self.config.init or {"stage1": "none", "stage2": "stage1", "stage3": "stage2"}[stage]
         checkpoint = None if init == "none" else checkpoint_path(self.config, init)
@@ -172,7 +171,7 @@ class Trainer:
         return reader.answer_loss(ex.prompt, tokens, self.expand_mask(ex, len(ex.pages)), ex.target)
 
     def grpo_step(self, reader, reference, ex: Example, rng: random.Random, generator: torch.Generator) -> tuple[torch.Tensor, float]:
-        from docrefrag_core.reader import ANSWER_SUFFIX
+        from docrefrag.core.reader import ANSWER_SUFFIX
 
         cfg = self.config
         with torch.no_grad():
@@ -204,7 +203,7 @@ class Trainer:
 
     def run(self, stage: str, command: str | None = None) -> Path:
         """Train one stage (resuming its state if any) and save its checkpoint; returns the checkpoint path."""
-        from docrefrag_core.checkpoint import save_checkpoint
+        from docrefrag.core.checkpoint import save_checkpoint
 
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; choose one of {', '.join(STAGES)}")
@@ -302,7 +301,7 @@ class Trainer:
 
 
 def _read_config(checkpoint: Path) -> dict:
-    from docrefrag_core.checkpoint import read_checkpoint_config
+    from docrefrag.core.checkpoint import read_checkpoint_config
 
     return read_checkpoint_config(checkpoint)
 

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from docrefrag_core.chunking import box_overlap, chunk_box
-from docrefrag_core.config import ExampleConfig
-from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
-from docrefrag_core.synthetic import SyntheticDoc, training_document
+from docrefrag.core.chunking import box_overlap, chunk_box
+from docrefrag.core.config import ExampleConfig
+from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+from docrefrag.core.synthetic import SyntheticDoc, training_document
 
 logger = logging.getLogger(__name__)
 

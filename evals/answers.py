@@ -2,7 +2,7 @@
 is scored with the benchmark's official rules (evals.scoring).
 
 Answer extraction, MMLongBench-Doc's two-step protocol: with an `extractor` chat model, the
-benchmark's extraction prompt (`evals.scoring.EXTRACTION_PROMPT`, user turn) and the question with
+benchmark's extraction prompt (`docrefrag.evals.scoring.EXTRACTION_PROMPT`, user turn) and the question with
 the system's free-form answer (a prefilled assistant turn that the model continues) give
 "Extracted answer: ... / Answer format: ...", and the extracted answer is what is scored (an
 unparseable extraction scores 0, as upstream). Our answer agent is prompted for the short answer
@@ -19,16 +19,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_openai import ChatOpenAI
-from tqdm import tqdm
-
-from agents.answer import NOT_ANSWERABLE
-from agents.llm import LocalChatModel, invoke_llm
-from evals.datasets import Question, mmlongbench_format
-from evals.jsonl import load_rows
-from evals.scoring import (
+from docrefrag.agents.answer import NOT_ANSWERABLE
+from docrefrag.agents.llm import LocalChatModel, invoke_llm
+from docrefrag.evals.datasets import Question, mmlongbench_format
+from docrefrag.evals.jsonl import load_rows
+from docrefrag.evals.scoring import (
     extraction_messages,
     longdocurl_aggregate,
     longdocurl_prediction,
@@ -37,10 +32,14 @@ from evals.scoring import (
     mmlongbench_score,
     parse_extraction,
 )
-from graph.context import AskConfig
-from graph.run import run_ask
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
+from docrefrag.graph.context import AskConfig
+from docrefrag.graph.run import run_ask
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_openai import ChatOpenAI
+from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 

@@ -23,14 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from docrefrag.core.selector import AllSelector
+from docrefrag.evals.answers import score
+from docrefrag.evals.datasets import Question
+from docrefrag.evals.jsonl import load_rows
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 from tqdm import tqdm
-
-from docrefrag_core.selector import AllSelector
-from evals.answers import score
-from evals.datasets import Question
-from evals.jsonl import load_rows
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
 
 PIPELINES = ("sparse top-5", "dense top-5", "rrf top-5", "consistency top-5", "top-5 full", "top-20 reranked to 5",
              "top-20 selective")

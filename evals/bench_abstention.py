@@ -1,6 +1,6 @@
 """Which signal tells a right answer from a wrong one: the evidence for the abstention rule.
 
-    python -m evals.bench_abstention --store STORE --data ../shared/data/mmlongbench --limit 60 \
+    python -m docrefrag.evals.bench_abstention --store STORE --data ../shared/data/mmlongbench --limit 60 \
         --decoder qwen-coder-1.5b --out rows.jsonl
 
 Each of the first `limit` MMLongBench-Doc dev questions (those whose document is in the store) goes
@@ -22,20 +22,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from agents import prompts
-from agents.answer import NOT_ANSWERABLE, is_unanswerable, page_texts
-from agents.llm import LocalChatModel
-from agents.validation import lexical_support
-from docrefrag_core.decoding import load_causal_lm
-from docrefrag_core.text_embedder import TextEmbedder
-from docrefrag_core.weights import model_dir
-from evals.answers import score
-from evals.datasets import document_sources, load_questions
-from graph.context import AskConfig
-from graph.run import run_ask
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
+from docrefrag.agents import prompts
+from docrefrag.agents.answer import NOT_ANSWERABLE, is_unanswerable, page_texts
+from docrefrag.agents.llm import LocalChatModel
+from docrefrag.agents.validation import lexical_support
+from docrefrag.core.decoding import load_causal_lm
+from docrefrag.core.text_embedder import TextEmbedder
+from docrefrag.core.weights import model_dir
+from docrefrag.evals.answers import score
+from docrefrag.evals.datasets import document_sources, load_questions
+from docrefrag.graph.context import AskConfig
+from docrefrag.graph.run import run_ask
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 
 SIGNALS = ("confidence", "answer_logprob", "lexical")
 

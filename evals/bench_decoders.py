@@ -1,10 +1,10 @@
 """Which decoder can answer from the right page: oracle-page accuracy, speed and memory per decoder.
 
-    python -m evals.bench_decoders --store STORE --data ../shared/data/mmlongbench --limit 30 \
+    python -m docrefrag.evals.bench_decoders --store STORE --data ../shared/data/mmlongbench --limit 30 \
         --decoder smollm2 --decoder qwen-coder-0.5b --decoder qwen-coder-1.5b --json out.json
 
 Each question is a single-page answerable MMLongBench-Doc question whose evidence page has a text
-layer; the answer agent's own chat path (`agents.answer.page_texts` + `answer_question`, the same
+layer; the answer agent's own chat path (`docrefrag.agents.answer.page_texts` + `answer_question`, the same
 prompt and normalisation as `ask --answerer chat`) reads the gold page alone, and the official
 `eval_score` scores the short answer. Per decoder: mean score, seconds per question (prefill and
 decode together), output tokens, load time, and the process's peak RSS so far (decoders measured
@@ -20,13 +20,13 @@ import statistics
 import time
 from pathlib import Path
 
-from agents.answer import answer_question, page_texts
-from agents.llm import LocalChatModel
-from docrefrag_core.decoding import load_causal_lm
-from docrefrag_core.weights import model_dir
-from evals.datasets import document_sources, load_questions, mmlongbench_format
-from evals.scoring import mmlongbench_score
-from indexes.store import Store
+from docrefrag.agents.answer import answer_question, page_texts
+from docrefrag.agents.llm import LocalChatModel
+from docrefrag.core.decoding import load_causal_lm
+from docrefrag.core.weights import model_dir
+from docrefrag.evals.datasets import document_sources, load_questions, mmlongbench_format
+from docrefrag.evals.scoring import mmlongbench_score
+from docrefrag.indexes.store import Store
 
 
 def oracle_questions(store: Store, data: Path, limit: int):

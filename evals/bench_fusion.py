@@ -1,8 +1,8 @@
 """Fusion under stress: every fusion method on dumps of both branches' scores, as they are and with one
 branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetitive vocabulary).
 
-    python -m evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench --store STORE --out mmlb.jsonl
-    python -m evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] [--docs 10K] [--pooled-weight 0]
+    python -m docrefrag.evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench --store STORE --out mmlb.jsonl
+    python -m docrefrag.evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] [--docs 10K] [--pooled-weight 0]
 
 `dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
 for every page of that document, and the dense score's two terms (the best chunk's cosine and the pooled
@@ -27,21 +27,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from evals.metrics import bootstrap_se, recall_at
-from indexes.fusion import fuse, minmax
-from indexes.health import BranchHealth, health_of
+from docrefrag.evals.metrics import bootstrap_se, recall_at
+from docrefrag.indexes.fusion import fuse, minmax
+from docrefrag.indexes.health import BranchHealth, health_of
 
 BRANCH_METHODS = ("sparse", "dense")
 METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency, no health", "consistency")
 
 
 def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
-    from docrefrag_core.text_embedder import TextEmbedder
-    from evals.run import prepare
-    from indexes.hybrid import HybridSearcher
-    from indexes.store import Store
-    from indexes.visual import CHUNKS, POOLED
+    from docrefrag.core.text_embedder import TextEmbedder
+    from docrefrag.evals.run import prepare
+    from docrefrag.indexes.hybrid import HybridSearcher
+    from docrefrag.indexes.store import Store
+    from docrefrag.indexes.visual import CHUNKS, POOLED
 
     with Store(store_dir) as store:
         embedder = TextEmbedder.default()

@@ -1,6 +1,6 @@
 """Ingest benchmark: pages/s (born-digital and OCR), peak RSS, index size, reopen time, search latency.
 
-    python -m evals.bench_ingest --docs ../shared/data/mmlongbench/documents --store /tmp/bench-store \
+    python -m docrefrag.evals.bench_ingest --docs ../shared/data/mmlongbench/documents --store /tmp/bench-store \
         [--big-pdf 500] [--json out.json]
 
 Ingests `--docs` into a fresh store (through the same Ingestor as `docrefrag ingest`), then reopens the
@@ -59,9 +59,9 @@ class PeakRSS:
 
 def ingest(paths: list[Path], store_dir: Path) -> tuple[list, float, int]:
     """As `docrefrag ingest` does it (the branch health of each new document measured at the end)."""
-    from docrefrag_core.text_embedder import TextEmbedder
-    from indexes.ingest import Ingestor
-    from indexes.store import Store
+    from docrefrag.core.text_embedder import TextEmbedder
+    from docrefrag.indexes.ingest import Ingestor
+    from docrefrag.indexes.store import Store
 
     shutil.rmtree(store_dir, ignore_errors=True)
     with Store(store_dir, create=True) as store, PeakRSS() as rss, \
@@ -80,8 +80,8 @@ def dir_size(path: Path) -> int:
 _REOPEN = """
 import json, sys, time
 t0 = time.perf_counter()
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 t_import = time.perf_counter() - t0
 t1 = time.perf_counter()
 store = Store(sys.argv[1])
@@ -91,7 +91,7 @@ store.bm25()
 t_index = time.perf_counter() - t1
 t_open = time.perf_counter() - t0
 t2 = time.perf_counter()
-from docrefrag_core.text_embedder import TextEmbedder
+from docrefrag.core.text_embedder import TextEmbedder
 searcher = HybridSearcher(store, TextEmbedder.default())
 t_model = time.perf_counter() - t2
 t3 = time.perf_counter(); searcher.search("revenue growth by region", k=5, doc_ids=[docs[0].doc_id]); t_first = time.perf_counter() - t3
@@ -132,7 +132,7 @@ def reopen_and_search(store_dir: Path, repeats: int = 5) -> dict:
 
 def write_synthetic(folder: Path, pages: int, per_doc: int = 135) -> None:
     """Generated annual reports (`synthetic.sample_report`) of `per_doc` pages, `pages` in all."""
-    from docrefrag_core.synthetic import sample_report
+    from docrefrag.core.synthetic import sample_report
 
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(-(-pages // per_doc)):
@@ -140,7 +140,7 @@ def write_synthetic(folder: Path, pages: int, per_doc: int = 135) -> None:
 
 
 def build_big_pdf(docs: Path, pages: int, out: Path) -> Path:
-    from docrefrag_core.pdf import pymupdf
+    from docrefrag.core.pdf import pymupdf
 
     big = pymupdf.open()
     for pdf in sorted(docs.glob("*.pdf")):

@@ -10,11 +10,11 @@ Measured per engine: ingest time, size on disk, and, in a fresh process (the CLI
 index on every call): import time, open time, first-query time, peak RSS; then query latency
 p50/p95 for exact MaxSim (a) within one document (payload filter), (b) over the whole store,
 and (c) over the whole store with a first stage of 100 pages by the pooled vector.
-The ``visual-index`` row runs the same through ``indexes.visual.VisualIndex`` (qdrant-edge
+The ``visual-index`` row runs the same through ``docrefrag.indexes.visual.VisualIndex`` (qdrant-edge
 behind the facade, with its validation and folder lock).
 
-    python -m evals.bench_qdrant --pages 2500            # markdown table
-    python -m evals.bench_qdrant --pages 2500 --json     # the same numbers as JSON
+    python -m docrefrag.evals.bench_qdrant --pages 2500            # markdown table
+    python -m docrefrag.evals.bench_qdrant --pages 2500 --json     # the same numbers as JSON
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def edge_query(shard, q: np.ndarray, doc_id: str | None, first_stage: bool) -> l
 
 
 def visual_index_ingest(path: Path, corpus: Corpus) -> None:
-    from indexes.visual import VisualIndex
+    from docrefrag.indexes.visual import VisualIndex
 
     with VisualIndex(path=path, dim=DIM) as index:
         for batch in corpus.batches():
@@ -233,7 +233,7 @@ def visual_index_ingest(path: Path, corpus: Corpus) -> None:
 
 
 def visual_index_open(path: Path):
-    from indexes.visual import VisualIndex
+    from docrefrag.indexes.visual import VisualIndex
 
     return VisualIndex(path=path, dim=DIM)
 
@@ -293,9 +293,8 @@ def child_main(engine: str, path: Path, doc_id: str, n_queries: int) -> dict:
 
         open_fn, query_fn = client_local_open, client_local_query
     elif engine == "visual-index":
+        import docrefrag.indexes.visual  # noqa: F401
         import qdrant_edge  # noqa: F401
-
-        import indexes.visual  # noqa: F401
 
         open_fn, query_fn = visual_index_open, visual_index_query
     else:
@@ -353,11 +352,9 @@ def bench_engine(engine: str, corpus: Corpus, workdir: Path, n_queries: int) -> 
     result = Result(engine, corpus.pages, n_vectors, round(ingest_s, 1), round(_dir_mb(path), 1), doc_pages=doc_pages)
 
     logger.info("reopening %s in a fresh process", engine)
-    cmd = [sys.executable, "-m", "evals.bench_qdrant", "--child", engine, str(path), doc_id, str(n_queries)]
+    cmd = [sys.executable, "-m", "docrefrag.evals.bench_qdrant", "--child", engine, str(path), doc_id, str(n_queries)]
     t0 = time.perf_counter()
-    with subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
-    ) as proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
         first = proc.stdout.readline()
         result.process_s = round(time.perf_counter() - t0, 2)
         rest = proc.stdout.read()

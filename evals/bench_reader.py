@@ -23,18 +23,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from docrefrag_core.selector import AllSelector, NoneSelector
-from evals.bench_ingest import PeakRSS
+from docrefrag.core.selector import AllSelector, NoneSelector
+from docrefrag.evals.bench_ingest import PeakRSS
 
 QUESTION = "How many megawatts of solar capacity did the North region report, and in which year?"
 
 
 def generated_pages(n: int) -> np.ndarray:
     """(n, m, d) tokens of an n-page synthetic report, parsed and encoded as at ingest."""
-    from docrefrag_core.page_encoder import default_encoder
-    from docrefrag_core.synthetic import sample_report
-    from indexes.ingest import encode_document
+    from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.core.synthetic import sample_report
+    from docrefrag.indexes.ingest import encode_document
 
     with tempfile.TemporaryDirectory() as tmp:
         pdf = Path(tmp) / "bench.pdf"
@@ -43,7 +42,7 @@ def generated_pages(n: int) -> np.ndarray:
 
 
 def stored_pages(store_dir: Path, doc_id: str, n: int) -> np.ndarray:
-    from indexes.store import Store
+    from docrefrag.indexes.store import Store
 
     with Store(store_dir) as store:
         doc = store.find(store.resolve(doc_id))
@@ -53,11 +52,11 @@ def stored_pages(store_dir: Path, doc_id: str, n: int) -> np.ndarray:
 
 
 def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, checkpoint: Path | None) -> list[dict]:
-    from docrefrag_core.checkpoint import checkpoint_reader_config, load_checkpoint
-    from docrefrag_core.config import ReaderConfig
-    from docrefrag_core.page_encoder import default_encoder
-    from docrefrag_core.reader import DocRefragReader, load_decoder
-    from docrefrag_core.weights import model_dir
+    from docrefrag.core.checkpoint import checkpoint_reader_config, load_checkpoint
+    from docrefrag.core.config import ReaderConfig
+    from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.core.reader import DocRefragReader, load_decoder
+    from docrefrag.core.weights import model_dir
 
     encoder = default_encoder()
     decoder, tokenizer = load_decoder(model_dir("smollm2"))

@@ -1,7 +1,7 @@
 """How long the CLI takes to refuse what it cannot do, from a cold start (a fresh process):
 `ask` and `search` on a store that an ingest is writing, and an empty query or question.
 
-    python -m evals.bench_refusal --store STORE [--repeat 5]
+    python -m docrefrag.evals.bench_refusal --store STORE [--repeat 5]
 
 The store must hold a ready document. The benchmark holds the store as a running ingest does (its
 ingest lock and its embedded visual index), runs each command `--repeat` times in a fresh process,
@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from indexes.store import Store
-from indexes.writer import IngestLock
+from docrefrag.indexes.store import Store
+from docrefrag.indexes.writer import IngestLock
 
 CASES = {
     "ask, store busy": ["ask", "What was reported?", "--quiet"],

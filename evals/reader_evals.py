@@ -1,9 +1,9 @@
 """Evaluations of the trained Doc-REFRAG reader on held-out data (issue: training).
 
-    python -m evals.reader_evals reconstruction [--checkpoint DIR] [--json OUT]
-    python -m evals.reader_evals training-tasks [--checkpoint DIR] [--limit N]
-    python -m evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
-    python -m evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
+    python -m docrefrag.evals.reader_evals reconstruction [--checkpoint DIR] [--json OUT]
+    python -m docrefrag.evals.reader_evals training-tasks [--checkpoint DIR] [--limit N]
+    python -m docrefrag.evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
+    python -m docrefrag.evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
 
 - reconstruction: dense-text pages (`synthetic.dense_text_page`, held-out seeds) of 500-4,000
   characters; the reader is asked to read the page and its output is compared with the beginning of
@@ -14,9 +14,9 @@
   distribution (`training_document`, held-out seeds), scored like reconstruction: whether the reader
   learnt to read its training pages in general, apart from the dense-text shift.
 - selectors: noisy sequences (the evidence page first among hard negatives from our own index);
-  answer score (`evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
+  answer score (`docrefrag.evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
   alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}, with
-  the accuracy-by-budget plot (`evals.report.accuracy_by_budget`).
+  the accuracy-by-budget plot (`docrefrag.evals.report.accuracy_by_budget`).
 - answer-loss: the teacher-forced cross-entropy (nats per answer token) of the gold answer on the same
   noisy sequences, for each selector at p = 0.2 between the two bounds "none" (every chunk compressed)
   and "all" (every chunk expanded): a graded measure of reading where every answer is still wrong, and
@@ -35,11 +35,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from docrefrag_core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
-from evals.metrics import bootstrap_se
-from evals.report import accuracy_by_budget
-from evals.scoring import anls, mmlongbench_score, similarity
+from docrefrag.core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
+from docrefrag.evals.metrics import bootstrap_se
+from docrefrag.evals.report import accuracy_by_budget
+from docrefrag.evals.scoring import anls, mmlongbench_score, similarity
 
 HELD_OUT_SEED = 90_000
 PS = (0.1, 0.15, 0.2, 0.25, 0.3)
@@ -47,9 +46,9 @@ PS = (0.1, 0.15, 0.2, 0.25, 0.3)
 
 def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 3, target_chars: int = 160,
                    new_tokens: int = 64) -> list[dict]:
-    from docrefrag_core.synthetic import dense_text_page
-    from docrefrag_core.train_data import cut_text
-    from indexes.ingest import encode_document
+    from docrefrag.core.synthetic import dense_text_page
+    from docrefrag.core.train_data import cut_text
+    from docrefrag.indexes.ingest import encode_document
 
     rows = []
     modes = {"compressed": NoneSelector(), "selective p=0.2": None, "all expanded": AllSelector()}
@@ -76,7 +75,7 @@ def training_task_reconstruction(reader, trainer, n: int, new_tokens: int = 64) 
     """Stage 1's own tasks on `trainer`'s corpus (held-out seeds: pages of the training distribution the
     reader never saw): page parsing and box localisation, each with its training expansion (20% of the
     chunks at random; the box's chunks), `n` examples each, drawn past any step a run takes."""
-    from docrefrag_core.reader import ANSWER_SUFFIX
+    from docrefrag.core.reader import ANSWER_SUFFIX
 
     scores: dict[str, list[tuple[float, float]]] = {"parse": [], "locate": []}
     for step in range(10**6, 10**6 + 2 * n):
@@ -143,12 +142,12 @@ def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 
 def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):
     """Held-out synthetic documents (seeds from HELD_OUT_SEED) ingested into `out`/store, and noisy
     sequences for their answerable questions."""
-    from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
-    from docrefrag_core.page_encoder import default_encoder
-    from docrefrag_core.synthetic import training_document
-    from indexes.hybrid import HybridSearcher
-    from indexes.ingest import Ingestor
-    from indexes.store import Store
+    from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+    from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.core.synthetic import training_document
+    from docrefrag.indexes.hybrid import HybridSearcher
+    from docrefrag.indexes.ingest import Ingestor
+    from docrefrag.indexes.store import Store
 
     store = Store(out / "store", create=True)
     synthetic = [training_document(out / f"heldout-{i}.pdf", pages, HELD_OUT_SEED + i) for i in range(docs)]
@@ -172,11 +171,11 @@ def single_evidence_questions(questions: list, documents: list, n: int) -> list:
 
 def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pages: tuple[int, int]):
     """Dev-set questions with one evidence page, in noisy sequences over the dev store."""
-    from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
-    from docrefrag_core.page_encoder import default_encoder
-    from evals.datasets import load_questions, mmlongbench_format
-    from indexes.hybrid import HybridSearcher
-    from indexes.store import Store
+    from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+    from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.evals.datasets import load_questions, mmlongbench_format
+    from docrefrag.indexes.hybrid import HybridSearcher
+    from docrefrag.indexes.store import Store
 
     store = Store(store_dir)
     names = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
@@ -190,10 +189,10 @@ def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pag
 
 
 def main(argv: list[str] | None = None) -> int:
-    from docrefrag_core.page_encoder import default_encoder
-    from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
+    from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
 
-    parser = argparse.ArgumentParser(prog="python -m evals.reader_evals")
+    parser = argparse.ArgumentParser(prog="python -m docrefrag.evals.reader_evals")
     parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--mmlongbench", type=Path, default=None, help="selectors on this dev-set folder (with --store)")
@@ -211,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "reconstruction":
         rows = reconstruction(reader, encoder)
     elif args.what == "training-tasks":
-        from docrefrag_core.config import TrainConfig
-        from docrefrag_core.train import Trainer
-        from indexes.corpus import CorpusIndex
+        from docrefrag.core.config import TrainConfig
+        from docrefrag.core.train import Trainer
+        from docrefrag.indexes.corpus import CorpusIndex
 
         trainer = Trainer(TrainConfig(out=args.work / "heldout-training-tasks", docs=4, seed=HELD_OUT_SEED), CorpusIndex,
                           mmlongbench_score, show_progress=False)

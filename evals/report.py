@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from evals.metrics import KS
+from docrefrag.evals.metrics import KS
 
 
 def recall_curves(per_method: dict[str, dict[str, float]], out: Path, title: str) -> Path:

@@ -23,17 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from docrefrag.agents.planner import DISAGREEMENT
+from docrefrag.agents.rerank import Reranker
+from docrefrag.agents.retrieval import search_plan
+from docrefrag.agents.schemas import Plan
+from docrefrag.evals.datasets import Question
+from docrefrag.evals.jsonl import load_rows
+from docrefrag.evals.metrics import KS, mean_metrics, retrieval_metrics
+from docrefrag.indexes.hybrid import Candidates, Hit, HybridSearcher
+from docrefrag.indexes.store import Store
 from tqdm import tqdm
-
-from agents.planner import DISAGREEMENT
-from agents.rerank import Reranker
-from agents.retrieval import search_plan
-from agents.schemas import Plan
-from evals.datasets import Question
-from evals.jsonl import load_rows
-from evals.metrics import KS, mean_metrics, retrieval_metrics
-from indexes.hybrid import Candidates, Hit, HybridSearcher
-from indexes.store import Store
 
 logger = logging.getLogger(__name__)
 

@@ -8,15 +8,15 @@ from dataclasses import asdict
 from datetime import date
 from pathlib import Path
 
-from agents.planner import plan_question
-from evals.answers import evaluate_answers, summarise
-from evals.datasets import Benchmark, document_sources, load_questions, split_available
-from evals.report import answers_markdown, latency_histogram, recall_curves
-from evals.retrieval import RetrievalReport, evaluate_retrieval, markdown_table
-from graph.context import AskConfig
-from indexes.hybrid import HybridSearcher
-from indexes.ingest import Ingestor
-from indexes.store import Store
+from docrefrag.agents.planner import plan_question
+from docrefrag.evals.answers import evaluate_answers, summarise
+from docrefrag.evals.datasets import Benchmark, document_sources, load_questions, split_available
+from docrefrag.evals.report import answers_markdown, latency_histogram, recall_curves
+from docrefrag.evals.retrieval import RetrievalReport, evaluate_retrieval, markdown_table
+from docrefrag.graph.context import AskConfig
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.ingest import Ingestor
+from docrefrag.indexes.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     text, as much of each as the answer agent reads), its page relevance reranks the fused top 20 as one more method."""
     score = None
     if reranker is not None:  # before any ingest: a reranker without its model is refused at once
-        from agents.rerank import make_reranker
+        from docrefrag.agents.rerank import make_reranker
 
         score = make_reranker(reranker, store, reader, llm, AskConfig().chars_per_page)
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
@@ -102,7 +102,7 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
 def run_baselines(benchmark: Benchmark, data_dir: Path, store: Store, embedder, reader, out_dir: Path,
                   limit: int | None = None, show_progress: bool = True) -> str:
     """The reader behind every retrieval/reading pipeline of evals.baselines; returns the markdown table."""
-    from evals.baselines import evaluate_baselines, summary_table
+    from docrefrag.evals.baselines import evaluate_baselines, summary_table
 
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     rows = evaluate_baselines(store, HybridSearcher(store, embedder), reader, present, doc_ids,

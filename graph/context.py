@@ -9,12 +9,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from docrefrag.agents.planner import DISAGREEMENT
+from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 from langchain_core.language_models import BaseChatModel
-
-from agents.planner import DISAGREEMENT
-from indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
 
 
 def _fits(value: Any, expected: type) -> bool:

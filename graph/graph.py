@@ -21,21 +21,20 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Literal
 
+from docrefrag.agents import prompts
+from docrefrag.agents.answer import NOT_ANSWERABLE, PageText, answer_question, cite, page_texts, read_with_reader
+from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.planner import decompose_question, plan_question, write_hyde
+from docrefrag.agents.plugins import load_object
+from docrefrag.agents.retrieval import search_plan
+from docrefrag.agents.schemas import Claim, Plan
+from docrefrag.agents.validation import validate
+from docrefrag.graph.context import AskConfig, AskContext
+from docrefrag.graph.state import AskState
+from docrefrag.indexes.hybrid import Hit
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-
-from agents import prompts
-from agents.answer import NOT_ANSWERABLE, PageText, answer_question, cite, page_texts, read_with_reader
-from agents.llm import invoke_llm
-from agents.planner import decompose_question, plan_question, write_hyde
-from agents.plugins import load_object
-from agents.retrieval import search_plan
-from agents.schemas import Claim, Plan
-from agents.validation import validate
-from graph.context import AskConfig, AskContext
-from graph.state import AskState
-from indexes.hybrid import Hit
 
 logger = logging.getLogger(__name__)
 

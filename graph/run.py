@@ -10,14 +10,13 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from docrefrag.agents.answer import NOT_ANSWERABLE, is_unanswerable
+from docrefrag.graph.context import AskConfig, AskContext
+from docrefrag.graph.graph import build_graph
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 from langchain_core.language_models import BaseChatModel
 from langgraph.checkpoint.sqlite import SqliteSaver
-
-from agents.answer import NOT_ANSWERABLE, is_unanswerable
-from graph.context import AskConfig, AskContext
-from graph.graph import build_graph
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
 
 
 @dataclass
@@ -59,7 +58,7 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
                          "or use AskConfig(answerer='chat') and no reranking or reranker='chat'")
     reranker = None
     if config.rerank:
-        from agents.rerank import make_reranker
+        from docrefrag.agents.rerank import make_reranker
 
         reranker = make_reranker(config.reranker, store, reader, llm, config.chars_per_page)
     context = AskContext(store=store, searcher=searcher, llm=llm, config=config, reader=reader, reranker=reranker)

@@ -16,7 +16,7 @@ from contextlib import closing
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from graph.context import AskConfig
+from docrefrag.graph.context import AskConfig
 
 
 @dataclass(frozen=True)

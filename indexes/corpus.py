@@ -1,5 +1,5 @@
 """A store opened with its ingest and hybrid search in one handle: the index of the Doc-REFRAG
-reader's training corpus (`docrefrag_core.train` takes it through its `CorpusIndex` interface, so
+reader's training corpus (`docrefrag.core.train` takes it through its `CorpusIndex` interface, so
 the model layer does not import this one)."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from indexes.hybrid import HybridSearcher
-from indexes.ingest import Ingestor, IngestResult
-from indexes.store import Store
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.ingest import Ingestor, IngestResult
+from docrefrag.indexes.store import Store
 
 if TYPE_CHECKING:
-    from docrefrag_core.text_embedder import TextEmbedder
+    from docrefrag.core.text_embedder import TextEmbedder
 
 
 class CorpusIndex:

@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from indexes.bm25 import ScopeScores
-from indexes.fusion import DEFAULT_METHOD, Diagnostics, FusionMethod, fuse_with_diagnostics
-from indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries
-from indexes.store import Store
+from docrefrag.indexes.bm25 import ScopeScores
+from docrefrag.indexes.fusion import DEFAULT_METHOD, Diagnostics, FusionMethod, fuse_with_diagnostics
+from docrefrag.indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries
+from docrefrag.indexes.store import Store
 
 if TYPE_CHECKING:
-    from docrefrag_core.text_embedder import TextEmbedder
+    from docrefrag.core.text_embedder import TextEmbedder
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +128,7 @@ class HybridSearcher:
 
     def ranked_pages(self, query: str, k: int, method: FusionMethod = DEFAULT_METHOD) -> list[tuple[str, int]]:
         """(doc_id, page) of the pages most similar to `query` in the whole store (at least k when it has
-        them), best first: the hard negatives of docrefrag_core.longrag's noisy sequences."""
+        them), best first: the hard negatives of docrefrag.core.longrag's noisy sequences."""
         cands = self.candidates(query, None, k)
         order = np.argsort(-cands.fuse(method)[0], kind="stable")
         return [cands.keys[i] for i in order]

@@ -22,12 +22,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from tqdm import tqdm
-
-from docrefrag_core.chunking import retrieval_vectors
-from docrefrag_core.page_encoder import PageEncoder, PageTokens, default_encoder
-from indexes.errors import EncoderError, IngestError, StoreError
-from indexes.pages import (
+from docrefrag.core.chunking import retrieval_vectors
+from docrefrag.core.page_encoder import PageEncoder, PageTokens, default_encoder
+from docrefrag.indexes.errors import EncoderError, IngestError, StoreError
+from docrefrag.indexes.pages import (
     IMAGE_SUFFIXES,
     DocSource,
     PageParser,
@@ -36,13 +34,14 @@ from indexes.pages import (
     image_folder_source,
     inspect_source,
 )
-from indexes.store import Store
-from indexes.writer import IngestLock
+from docrefrag.indexes.store import Store
+from docrefrag.indexes.writer import IngestLock
+from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
 Status = Literal["added", "replaced", "resumed", "unchanged", "failed"]
-RETRIEVAL_K = 3  # cells per retrieval chunk (108 vectors per page), see docrefrag_core.chunking
+RETRIEVAL_K = 3  # cells per retrieval chunk (108 vectors per page), see docrefrag.core.chunking
 
 
 @dataclass
@@ -283,7 +282,7 @@ class Ingestor:
     def _measure_health(self) -> None:
         """The branch health of every ready document that lacks it (`HybridSearcher.health` measures
         only those, once per document)."""
-        from indexes.hybrid import HybridSearcher
+        from docrefrag.indexes.hybrid import HybridSearcher
 
         try:
             HybridSearcher(self.store, self.embedder).health(self.store.ready_ids())

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from docrefrag.core.page import Block, PageInput, Word
+from docrefrag.core.pdf import pymupdf
+from docrefrag.indexes.errors import IngestError
 from PIL import Image
-
-from docrefrag_core.page import Block, PageInput, Word
-from docrefrag_core.pdf import pymupdf
-from indexes.errors import IngestError
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +232,7 @@ def _has_ruling_grid(page: pymupdf.Page) -> bool:
 
 
 def _ocr(image: np.ndarray, scale: float) -> list[Word]:
-    from indexes.ocr import ocr_words
+    from docrefrag.indexes.ocr import ocr_words
 
     return [Word(w.text, w.x0 * scale, w.y0 * scale, w.x1 * scale, w.y1 * scale, w.line) for w in ocr_words(image)]
 

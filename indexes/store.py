@@ -26,15 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from docrefrag_core.page import Block, Word
-from docrefrag_core.page_encoder import PageTokens
-from indexes.bm25 import BM25Index
-from indexes.errors import StoreError
-from indexes.health import VERSION as HEALTH_VERSION
-from indexes.health import BranchHealth
-from indexes.pages import ParsedPage
-from indexes.writer import ingest_in_progress
+from docrefrag.core.page import Block, Word
+from docrefrag.core.page_encoder import PageTokens
+from docrefrag.indexes.bm25 import BM25Index
+from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.health import VERSION as HEALTH_VERSION
+from docrefrag.indexes.health import BranchHealth
+from docrefrag.indexes.pages import ParsedPage
+from docrefrag.indexes.writer import ingest_in_progress
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +198,7 @@ class Store:
     @property
     def visual(self):
         if self._visual is None:
-            from indexes.visual import VisualIndex, VisualIndexLockedError
+            from docrefrag.indexes.visual import VisualIndex, VisualIndexLockedError
 
             dim = int(self._meta("text_dim") or 384)
             try:

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pymupdf
 import pytest
-
-from indexes.ingest import Ingestor, IngestResult
-from indexes.store import Store
+from docrefrag.indexes.ingest import Ingestor, IngestResult
+from docrefrag.indexes.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = ("documents", "pages", "chunks", "tokens")
@@ -33,8 +32,7 @@ def subprocess_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def embedder():
     import torch
-
-    from docrefrag_core.text_embedder import TextEmbedder
+    from docrefrag.core.text_embedder import TextEmbedder
 
     torch.set_num_threads(1)
     return TextEmbedder.default()
@@ -42,7 +40,7 @@ def embedder():
 
 @pytest.fixture(scope="session")
 def encoder(embedder):
-    from docrefrag_core.page_encoder import LayoutGridEncoder
+    from docrefrag.core.page_encoder import LayoutGridEncoder
 
     return LayoutGridEncoder(embedder)
 

@@ -23,15 +23,14 @@ from pathlib import Path
 import pymupdf
 import pytest
 from conftest import REPO, subprocess_env
-
-from docrefrag_core.chunking import retrieval_vectors
-from docrefrag_core.synthetic import sample_report
-from indexes import ingest as ingest_module
-from indexes.errors import StoreError
-from indexes.hybrid import HybridSearcher
-from indexes.ingest import RETRIEVAL_K, Ingestor
-from indexes.pages import DocSource, PageParser
-from indexes.store import Store
+from docrefrag.core.chunking import retrieval_vectors
+from docrefrag.core.synthetic import sample_report
+from docrefrag.indexes import ingest as ingest_module
+from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.ingest import RETRIEVAL_K, Ingestor
+from docrefrag.indexes.pages import DocSource, PageParser
+from docrefrag.indexes.store import Store
 
 # name in the bad-input folder -> a phrase of the remedy its message must carry
 BAD = {
@@ -412,7 +411,7 @@ def test_an_interrupted_ingest_says_one_line_and_leaks_nothing(tmp_path, light_p
 def crash_on_marker_encoder():
     """An encoder factory for worker processes: the worker dies (as on a segfault) on a page that
     contains the word CRASHME."""
-    from docrefrag_core.page_encoder import default_encoder
+    from docrefrag.core.page_encoder import default_encoder
 
     encoder = default_encoder()
     encode = encoder.encode
@@ -552,7 +551,7 @@ def test_a_store_whose_pages_all_failed_can_still_be_bound_to_a_qdrant_server(tm
 
 
 def test_a_new_store_is_not_bound_to_a_qdrant_server_that_did_not_answer(tmp_path):
-    from indexes.visual import QdrantUnavailableError
+    from docrefrag.indexes.visual import QdrantUnavailableError
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -594,8 +593,9 @@ def test_cli_error_is_one_line_without_langgraphs_task_note(monkeypatch, capsys)
 
 
 def test_a_store_being_ingested_is_refused_before_any_model_loads(tmp_path, ingest, light_pdf):
+    from docrefrag.indexes.writer import IngestLock
+
     from docrefrag import DocRefrag
-    from indexes.writer import IngestLock
 
     root = tmp_path / "store"
     with Store(root, create=True) as store:

@@ -9,20 +9,18 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from docrefrag_core.config import ReaderConfig
-from docrefrag_core.reader import DocRefragReader
-from evals.baselines import PIPELINES, evaluate_baselines, run_pipeline, summary_table
-from evals.datasets import Question
-from evals.retrieval import evaluate_retrieval
-from indexes.hybrid import HybridSearcher
+from docrefrag.core.config import ReaderConfig
+from docrefrag.core.reader import DocRefragReader
+from docrefrag.evals.baselines import PIPELINES, evaluate_baselines, run_pipeline, summary_table
+from docrefrag.evals.datasets import Question
+from docrefrag.evals.retrieval import evaluate_retrieval
+from docrefrag.indexes.hybrid import HybridSearcher
 
 
 @pytest.fixture(scope="module")
 def tiny_reader():
+    from docrefrag.core.weights import model_dir
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from docrefrag_core.weights import model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
     torch.manual_seed(0)
@@ -67,8 +65,8 @@ def test_retrieval_evaluation_adds_a_reranked_row(tmp_path, store, ingest, light
 
 
 def test_the_readers_citations_are_expanded_chunks(tmp_path, store, ingest, light_pdf, embedder, tiny_reader):
-    from agents.answer import page_texts, read_with_reader
-    from docrefrag_core.chunking import chunk_box
+    from docrefrag.agents.answer import page_texts, read_with_reader
+    from docrefrag.core.chunking import chunk_box
 
     (result,) = ingest(store, light_pdf(tmp_path / "survey.pdf", 3))
     hits = HybridSearcher(store, embedder).search("station s002 otter", k=3, doc_ids=[result.doc_id])

@@ -72,7 +72,7 @@ def test_the_demo_hint_names_a_command_that_runs(monkeypatch, tmp_path):
 
 
 def test_the_progress_line_shows_the_round_and_the_tokens_and_is_cleared(capsys):
-    from docrefrag_core.decoding import _PROGRESS
+    from docrefrag.core.decoding import _PROGRESS
 
     line = cli._ProgressLine()
     with line:

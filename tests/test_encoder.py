@@ -9,11 +9,10 @@ import random
 import numpy as np
 import pymupdf
 import pytest
-
-from docrefrag_core.chunking import chunk_box, merge_chunks, retrieval_vectors, split_chunks
-from docrefrag_core.page import Block, PageInput
-from docrefrag_core.page_encoder import VISUAL_FEATURES, grid_positions
-from indexes.pages import DocSource, PageParser, ParsedPage
+from docrefrag.core.chunking import chunk_box, merge_chunks, retrieval_vectors, split_chunks
+from docrefrag.core.page import Block, PageInput
+from docrefrag.core.page_encoder import VISUAL_FEATURES, grid_positions
+from docrefrag.indexes.pages import DocSource, PageParser, ParsedPage
 
 W, H, G = 595.0, 842.0, 18
 CW, CH = W / G, H / G

@@ -5,10 +5,9 @@ import math
 
 import numpy as np
 import pytest
-
-from evals.datasets import document_sources, load_questions, mmlongbench_format, split_available
-from evals.jsonl import load_rows
-from evals.metrics import mean_metrics, retrieval_metrics
+from docrefrag.evals.datasets import document_sources, load_questions, mmlongbench_format, split_available
+from docrefrag.evals.jsonl import load_rows
+from docrefrag.evals.metrics import mean_metrics, retrieval_metrics
 
 
 def test_mmlongbench_samples_are_parsed_without_eval(tmp_path):
@@ -45,7 +44,7 @@ def test_longdocurl_native_jsonl(tmp_path):
 def test_longdocurl_in_mmlongbench_style_fields_gets_its_own_formats(tmp_path):
     """The shared LongDocURL set writes formats as MMLongBench-Doc does (Int, Str); LongDocURL's scorer
     knows Integer and String, and scores "$150000" against 150000 as equal where MMLongBench's would not."""
-    from evals.answers import score
+    from docrefrag.evals.answers import score
 
     (tmp_path / "samples.json").write_text(json.dumps([
         {"id": f"q{i}", "doc_id": "4026369.pdf", "question": "Q", "answer": answer, "evidence_pages": "[67]",
@@ -110,10 +109,9 @@ def test_a_log_resumes_only_under_its_own_settings(tmp_path, caplog):
 
 
 def test_run_settings_tell_models_apart():
+    from docrefrag.agents.llm import make_llm
+    from docrefrag.evals.run import model_identity
     from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
-
-    from agents.llm import make_llm
-    from evals.run import model_identity
 
     a, b = (make_llm(f"openai:m@http://127.0.0.1:{port}/v1") for port in (8000, 8001))
     assert model_identity(a) != model_identity(b) and model_identity(a)["model"] == "m"
@@ -121,10 +119,10 @@ def test_run_settings_tell_models_apart():
 
 
 def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder, monkeypatch):
-    from agents.schemas import Plan
-    from evals.datasets import Question
-    from evals.retrieval import evaluate_retrieval, plan_variants
-    from indexes.hybrid import HybridSearcher
+    from docrefrag.agents.schemas import Plan
+    from docrefrag.evals.datasets import Question
+    from docrefrag.evals.retrieval import evaluate_retrieval, plan_variants
+    from docrefrag.indexes.hybrid import HybridSearcher
 
     (result,) = ingest(store, light_pdf(tmp_path / "survey.pdf", 12))
     question = "How many otters were counted in the survey?"
@@ -160,13 +158,13 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     assert list(only_hyde) == ["question", "rules", "hyde", "hyde-on-disagreement"]
     assert only_hyde["hyde"].sub_queries == [question]
     # the graph's default: HyDE only where the rules plan's branches disagree (Q >= the threshold)
-    from agents.retrieval import search_plan
+    from docrefrag.agents.retrieval import search_plan
 
     rules = plan_variants(planner(question), question, True, False)["rules"]
     q_rules = search_plan(rules, question, searcher, [result.doc_id], 10, "consistency")[1][0].query_disagreement
     assert row["query_disagreement"] == q_rules
     for threshold, disagree in ((q_rules, True), (float(np.nextafter(q_rules, 2.0)), False)):
-        monkeypatch.setattr("evals.retrieval.DISAGREEMENT", threshold)
+        monkeypatch.setattr("docrefrag.evals.retrieval.DISAGREEMENT", threshold)
         out = tmp_path / f"{disagree}.jsonl"
         evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, out, show_progress=False,
                            planner=planner, hyde=True, decompose=True)
@@ -179,9 +177,8 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
 
 
 def test_accuracy_by_budget_plot(tmp_path):
+    from docrefrag.evals.report import accuracy_by_budget
     from matplotlib import image
-
-    from evals.report import accuracy_by_budget
 
     rows = [{"p": p, "selector": name, "accuracy": acc} for name, accs in
             {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items() for p, acc in zip((0.1, 0.2, 0.3), accs)]
@@ -194,7 +191,7 @@ def test_accuracy_by_budget_plot(tmp_path):
 
 
 def test_answers_markdown_report_has_every_breakdown(tmp_path):
-    from evals.report import answers_markdown
+    from docrefrag.evals.report import answers_markdown
 
     summary = {"benchmark": "mmlongbench", "date": "2026-11-30", "questions": 3, "extraction": "none", "accuracy": 1 / 3,
                "by_evidence_pages": {"Single-page": {"accuracy": 0.5, "count": 2}, "Unanswerable": {"accuracy": 0.0, "count": 1}},
@@ -210,8 +207,8 @@ def test_answers_markdown_report_has_every_breakdown(tmp_path):
 
 
 def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
-    """evals.bench_fusion on a hand-made dump: BM25 finds each question's page, the dense branch does not."""
-    from evals.bench_fusion import METHODS, stress
+    """docrefrag.evals.bench_fusion on a hand-made dump: BM25 finds each question's page, the dense branch does not."""
+    from docrefrag.evals.bench_fusion import METHODS, stress
 
     rng = np.random.default_rng(0)
     dump = tmp_path / "dump.jsonl"
@@ -244,7 +241,7 @@ def test_fusion_stress_bench_reports_every_case_and_the_worst_margin(tmp_path):
 
 
 def test_bootstrap_standard_error_of_a_mean():
-    from evals.metrics import bootstrap_se
+    from docrefrag.evals.metrics import bootstrap_se
 
     assert bootstrap_se(np.full(50, 0.3)) == pytest.approx(0.0, abs=1e-12)
     x = np.random.default_rng(1).normal(size=400)
@@ -253,7 +250,7 @@ def test_bootstrap_standard_error_of_a_mean():
 
 def test_fusion_stress_bench_keeps_the_documents_asked_for(tmp_path):
     """--docs TEXT: only the questions on documents whose name contains TEXT; none left is an error."""
-    from evals.bench_fusion import METHODS, stress
+    from docrefrag.evals.bench_fusion import METHODS, stress
 
     dump = tmp_path / "dump.jsonl"
     with open(dump, "w") as f:
@@ -272,7 +269,7 @@ def test_fusion_stress_bench_keeps_the_documents_asked_for(tmp_path):
 
 def test_fusion_stress_bench_rebuilds_the_dense_score_from_its_terms(tmp_path):
     """--pooled-weight W: dense = best chunk + W x pooled from the dump's terms; an older dump is refused."""
-    from evals.bench_fusion import METHODS, stress
+    from docrefrag.evals.bench_fusion import METHODS, stress
 
     dump = tmp_path / "dump.jsonl"
     chunks = [0.9 if p == 2 else 0.5 for p in range(1, 11)]  # the best chunk alone: page 2
@@ -293,7 +290,7 @@ def test_fusion_stress_bench_rebuilds_the_dense_score_from_its_terms(tmp_path):
 def test_fusion_stress_bench_gates_the_failing_branch_by_its_pseudo_query_health(tmp_path):
     """With the dump's pseudo-query runs, the noise replaces the branch on them too, its health falls and
     the consistency fusion takes the other branch alone: its worst margin is 0, as the branch's own."""
-    from evals.bench_fusion import METHODS, stress
+    from docrefrag.evals.bench_fusion import METHODS, stress
 
     rng = np.random.default_rng(0)
     dump = tmp_path / "dump.jsonl"
@@ -332,7 +329,7 @@ def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tm
     labels one question "page 0"), an answerable question, a ready document; spread over the file."""
     from types import SimpleNamespace
 
-    from evals.reader_evals import single_evidence_questions
+    from docrefrag.evals.reader_evals import single_evidence_questions
 
     rows = [("a.pdf", "[3]", "7"), ("a.pdf", "[0]", "7"), ("a.pdf", "[13]", "7"), ("a.pdf", "[2, 3]", "7"),
             ("a.pdf", "[4]", "Not answerable"), ("b.pdf", "[1]", "7"), ("c.pdf", "[1]", "7"), ("a.pdf", "[12]", "7")]
@@ -346,7 +343,7 @@ def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tm
 
 
 def test_answers_are_reported_answerable_and_unanswerable_next_to_always_abstaining():
-    from evals.answers import answerable_split
+    from docrefrag.evals.answers import answerable_split
 
     def row(answer, pred, score, withheld="", unabstained=None):
         return {"answer": answer, "answer_format": "None" if answer == "Not answerable" else "Int", "pred": pred,
@@ -363,7 +360,7 @@ def test_answers_are_reported_answerable_and_unanswerable_next_to_always_abstain
 
 
 def test_abstention_signals_are_ranked_by_auroc_and_scored_as_abstaining_below_a_cut():
-    from evals.bench_abstention import auroc, summarise
+    from docrefrag.evals.bench_abstention import auroc, summarise
 
     assert auroc([0.9, 0.8], [0.1, 0.8]) == 0.875  # 3 of 4 pairs ordered, one tie counted half
     rows = [{"answerable": True, "score": 1.0, "abstain_score": 0.0, "confidence": 0.9, "lexical": 1.0, "answer_logprob": -0.1},

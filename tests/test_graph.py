@@ -23,23 +23,23 @@ from pathlib import Path
 import pymupdf
 import pytest
 from conftest import REPO, subprocess_env
+from docrefrag.agents import prompts
+from docrefrag.agents.llm import LLMUnavailableError
+from docrefrag.agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
+from docrefrag.evals.answers import first_round_hits
+from docrefrag.graph.context import AskConfig, AskContext
+from docrefrag.graph.graph import build_graph
+from docrefrag.graph.state import AskState
+from docrefrag.indexes.bm25 import STOPWORDS
+from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.store import Store
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.runtime import Runtime
 
-from agents import prompts
-from agents.llm import LLMUnavailableError
-from agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
 from docrefrag.api import DocRefrag
-from evals.answers import first_round_hits
-from graph.context import AskConfig, AskContext
-from graph.graph import build_graph
-from graph.state import AskState
-from indexes.bm25 import STOPWORDS
-from indexes.errors import StoreError
-from indexes.store import Store
 
 QUESTION = "How many passengers did Northfield report in 2019?"
 HYDE = "Northfield reported its passenger total for 2019 in the operator table of the annual review."
@@ -245,7 +245,7 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
 
 
 def test_ask_with_the_real_local_model(dr, report):
-    from docrefrag_core.decoding import decoding_progress
+    from docrefrag.core.decoding import decoding_progress
 
     _, doc_id = report
     reports: list[tuple[int, int]] = []
@@ -339,8 +339,8 @@ def test_a_refinement_that_echoes_the_question_searches_its_intents(dr):
 
 
 def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
-    from agents.answer import short_answer
-    from evals.scoring import mmlongbench_score
+    from docrefrag.agents.answer import short_answer
+    from docrefrag.evals.scoring import mmlongbench_score
 
     replies = {"The answer is 300.": "300", "The answer is: 22": "22", "The short answer is 1.": "1",
                'Short answer: "Paris"': "Paris", "Answer: 4,812": "4,812", "3.5.": "3.5"}
@@ -358,8 +358,8 @@ def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
 
 
 def test_abstentions_are_written_as_not_answerable():
-    from agents.answer import canonical, is_unanswerable
-    from agents.validation import lexical_support
+    from docrefrag.agents.answer import canonical, is_unanswerable
+    from docrefrag.agents.validation import lexical_support
 
     assert canonical("Not answerable.") == canonical("Unanswerable") == canonical("  ") == "Not answerable"
     assert canonical(" 4,812 ") == "4,812" and canonical("None") == "None"  # "None" may be a real answer
@@ -443,7 +443,7 @@ def test_disagreeing_branches_bring_sub_queries_in_that_mode(dr):
 def test_enrich_route_only_in_round_one_and_once():
     from types import SimpleNamespace
 
-    from graph.graph import route_after_retrieve
+    from docrefrag.graph.graph import route_after_retrieve
 
     def route(hyde="disagreement", decompose="never", **state):  # the default modes
         config = AskConfig(hyde=hyde, decompose=decompose, disagreement=0.5)
@@ -516,7 +516,7 @@ def test_rerank_node_replaced_by_dotted_path(dr, report):
 
 
 def test_chat_reranker_orders_the_pages_by_the_local_models_relevance(dr, report):
-    from agents.llm import LocalChatModel
+    from docrefrag.agents.llm import LocalChatModel
 
     _, doc_id = report
     local = LocalChatModel(max_new_tokens=8)
@@ -681,7 +681,7 @@ def test_cli_says_in_one_line_when_the_answer_is_not_supported(tmp_path, ingest,
 
 
 def test_a_resume_runs_with_the_options_the_run_was_started_with(dr):
-    from graph.runs import RunOptions
+    from docrefrag.graph.runs import RunOptions
 
     config = AskConfig(answerer="chat", hyde="always", max_rounds=1, abstain=False)
     llm, _ = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
@@ -780,10 +780,10 @@ def test_sub_questions_are_bounded():
 def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     """The official two-step protocol: the extractor continues the prefilled "Question/Analysis" turn
     after the benchmark's prompt; its "Extracted answer" is scored, an unparseable reply scores 0."""
-    from evals.answers import evaluate_answers, summarise
-    from evals.datasets import Question
-    from evals.scoring import EXTRACTION_PROMPT
-    from indexes.hybrid import HybridSearcher
+    from docrefrag.evals.answers import evaluate_answers, summarise
+    from docrefrag.evals.datasets import Question
+    from docrefrag.evals.scoring import EXTRACTION_PROMPT
+    from docrefrag.indexes.hybrid import HybridSearcher
 
     doc_id = report[1]
     questions = [Question(f"q{i}", "mmlongbench", "transit-review.pdf", QUESTION, "4812", "Int", (ANSWER_PAGE,), ("Table",))
@@ -885,7 +885,8 @@ def test_eval_refuses_end_to_end_options_it_would_ignore(tmp_path, capsys, mode)
 
 
 def test_the_cli_offers_the_graphs_plan_modes():
+    from docrefrag.graph.context import PLAN_MODES
+
     from docrefrag import cli
-    from graph.context import PLAN_MODES
 
     assert cli.PLAN_MODES == PLAN_MODES

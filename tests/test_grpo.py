@@ -6,8 +6,7 @@ import math
 
 import pytest
 import torch
-
-from docrefrag_core.grpo import group_advantages, grpo_loss, kl_k3
+from docrefrag.core.grpo import group_advantages, grpo_loss, kl_k3
 
 
 def test_advantages_are_reward_minus_group_mean_over_std():

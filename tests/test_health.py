@@ -8,11 +8,10 @@ import json
 import numpy as np
 import pymupdf
 import pytest
-
-from indexes.fusion import fuse, fuse_with_diagnostics
-from indexes.health import MIN_PAGES, QUERIES, BranchHealth, health_of, pseudo_queries
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
+from docrefrag.indexes.fusion import fuse, fuse_with_diagnostics
+from docrefrag.indexes.health import MIN_PAGES, QUERIES, BranchHealth, health_of, pseudo_queries
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 
 CHUNKS = [(1, "too short"), (2, " ".join(f"alpha{i}" for i in range(20))), (3, " ".join(f"beta{i}" for i in range(12))),
           (4, " ".join(f"gamma{i}" for i in range(30)))]
@@ -172,7 +171,7 @@ def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_aga
     store.finish_document(doc.doc_id)  # a resumed ingest finishing: its pages may have changed
     searcher.health([doc.doc_id])
     assert calls == [doc.doc_id] * 2
-    monkeypatch.setattr("indexes.store.HEALTH_VERSION", 999)  # another recipe
+    monkeypatch.setattr("docrefrag.indexes.store.HEALTH_VERSION", 999)  # another recipe
     searcher.health([doc.doc_id])
     assert calls == [doc.doc_id] * 3
     store.record_branch_health("retired", BranchHealth(0.8, 0.7, 64))  # no such ready document: nothing kept
@@ -189,7 +188,7 @@ def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
 
 
 def test_the_benchmark_harness_ingests_as_the_api_does(tmp_path, store, embedder, light_pdf):
-    from evals.run import prepare
+    from docrefrag.evals.run import prepare
 
     light_pdf(tmp_path / "documents" / "survey.pdf", pages=8)
     (tmp_path / "samples.json").write_text(json.dumps([

@@ -10,10 +10,9 @@ from pathlib import Path
 import numpy as np
 import pymupdf
 import pytest
-
-from docrefrag_core.synthetic import sample_report
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
+from docrefrag.core.synthetic import sample_report
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 
 REPORT_PAGES = 6
 

@@ -25,17 +25,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import openai
 import pytest
 import torch
-from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from langchain_openai import ChatOpenAI
-
-from agents.llm import (
+from docrefrag.agents.llm import (
     LLMUnavailableError,
     LocalChatModel,
     OpenAIEndpoint,
     invoke_llm,
     make_llm,
 )
+from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
 
 QUESTION = [SystemMessage("You answer briefly."), HumanMessage("What is the capital of France?")]
 
@@ -74,7 +73,7 @@ def test_yes_probabilities_are_the_same_batched_or_one_by_one(local):
 
 
 def test_local_model_is_loaded_once(local):
-    from docrefrag_core.decoding import load_causal_lm
+    from docrefrag.core.decoding import load_causal_lm
 
     again = LocalChatModel(path=local.path)
     assert load_causal_lm(again.path) is load_causal_lm(local.path) is load_causal_lm(local.path, torch.float32)
@@ -83,7 +82,7 @@ def test_local_model_is_loaded_once(local):
 def test_local_reply_carries_the_greedy_tokens_log_probabilities(local):
     """Each logprob is the log-softmax of the argmax logit at its position, as one forward pass over
     the prompt and the reply's tokens (no KV cache) computes it."""
-    from docrefrag_core.decoding import load_causal_lm, token_steps
+    from docrefrag.core.decoding import load_causal_lm, token_steps
 
     reply = local.invoke(QUESTION, max_new_tokens=8)
     logprobs = reply.response_metadata["logprobs"]
@@ -109,10 +108,9 @@ def test_a_reader_shares_the_chat_models_weights_and_its_lora_leaves_the_replies
     """The shipped reader (trained LoRA on q_proj and v_proj) over the same SmolLM2 holds the very
     tensors the chat model runs, yet the chat reply and yes-probabilities are what they were."""
     import numpy as np
-
-    from docrefrag_core.checkpoint import read_checkpoint_config
-    from docrefrag_core.decoding import load_causal_lm
-    from docrefrag_core.reader import DEFAULT_CHECKPOINT, load_reader
+    from docrefrag.core.checkpoint import read_checkpoint_config
+    from docrefrag.core.decoding import load_causal_lm
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
 
     prompts = ["Is Paris in France?"]
     before, yes_before = local.invoke(QUESTION).text, local.yes_probabilities(prompts)
@@ -355,7 +353,7 @@ def test_make_llm_accepts_its_forms(local):
 
 
 def test_a_registry_decoder_not_fetched_says_how_to_fetch_it(tmp_path, monkeypatch):
-    from docrefrag_core.weights import ModelNotFoundError
+    from docrefrag.core.weights import ModelNotFoundError
 
     monkeypatch.setenv("DOCREFRAG_CACHE", str(tmp_path))
     with pytest.raises(ModelNotFoundError, match="qwen-coder-1.5b.*docrefrag models fetch"):
@@ -397,7 +395,7 @@ def test_make_llm_checks_a_local_model_before_any_work(tmp_path, files, problem)
 
 
 def test_a_local_model_that_fails_to_load_is_one_clear_error(tmp_path):
-    from agents.llm import LocalChatModel
+    from docrefrag.agents.llm import LocalChatModel
 
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
     (tmp_path / "tokenizer.json").write_text("{}")  # not a tokenizer
@@ -410,8 +408,8 @@ def test_a_local_model_that_fails_to_load_is_one_clear_error(tmp_path):
 def test_a_local_model_with_damaged_weights_is_one_clear_error(tmp_path):
     import shutil
 
-    from agents.llm import LocalChatModel
-    from docrefrag_core.weights import model_dir
+    from docrefrag.agents.llm import LocalChatModel
+    from docrefrag.core.weights import model_dir
 
     for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (model_dir("smollm2") / name).is_file():

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from docrefrag_core.longrag import EvidenceQuestion, NoiseConfig, build_sequence, build_sequences
-from docrefrag_core.synthetic import training_document
-from evals.datasets import load_questions, mmlongbench_format
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
+from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence, build_sequences
+from docrefrag.core.synthetic import training_document
+from docrefrag.evals.datasets import load_questions, mmlongbench_format
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 
 CORPUS_PAGES = 6 + 6 + 24
 

@@ -9,10 +9,9 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from docrefrag_core.config import ReaderConfig
-from docrefrag_core.reader import ANSWER_SUFFIX, DocRefragReader
-from docrefrag_core.selector import (
+from docrefrag.core.config import ReaderConfig
+from docrefrag.core.reader import ANSWER_SUFFIX, DocRefragReader
+from docrefrag.core.selector import (
     AllSelector,
     ChunkSelector,
     NoneSelector,
@@ -28,9 +27,8 @@ M, D, Q = 36, 20, 12  # a 6x6 grid of 20-dim tokens; 12-dim questions
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    from docrefrag.core.weights import model_dir
     from transformers import AutoTokenizer
-
-    from docrefrag_core.weights import model_dir
 
     return AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
 
@@ -224,7 +222,7 @@ def test_a_reader_config_that_does_not_fit_the_decoder_is_refused(tokenizer):
 
 
 def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenizer, tmp_path):
-    from docrefrag_core.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_config, save_checkpoint
+    from docrefrag.core.checkpoint import CheckpointError, load_checkpoint, read_checkpoint_config, save_checkpoint
 
     trained = tiny_reader(tokenizer, seed=0)
     for name, p in trained.decoder.named_parameters():
@@ -266,11 +264,11 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
 
 
 def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
-    """evals.reader_evals on a tiny reader: the selector comparison has a row per (p, selector) and the
+    """docrefrag.evals.reader_evals on a tiny reader: the selector comparison has a row per (p, selector) and the
     answer loss is a positive cross-entropy over every sequence."""
     from types import SimpleNamespace
 
-    from evals.reader_evals import answer_loss, selectors
+    from docrefrag.evals.reader_evals import answer_loss, selectors
 
     reader = tiny_reader(tokenizer)
     seqs = [SimpleNamespace(question=f"How many units in row {i}?", answer=str(10 + i), answer_format="Int",
@@ -343,8 +341,8 @@ def test_chunks_without_words_stay_compressed_and_the_token_cap_holds(tokenizer)
 
 
 def test_region_words_follow_the_cells_of_the_word_centres_in_reading_order():
-    from docrefrag_core.chunking import region_words
-    from docrefrag_core.page import Word
+    from docrefrag.core.chunking import region_words
+    from docrefrag.core.page import Word
 
     # a 6x6 grid over a 60 x 60 page, k = 3: chunk 0 = cells 0-2 (x < 30 of row 0), chunk 1 = cells 3-5
     words = [Word("b", 12, 2, 18, 8, 0), Word("a", 1, 1, 5, 5, 0), Word("c", 40, 2, 50, 8, 0),

@@ -8,8 +8,7 @@ arithmetic where it is not obvious.
 from __future__ import annotations
 
 import pytest
-
-from evals.scoring import (
+from docrefrag.evals.scoring import (
     EXTRACTION_PROMPT,
     LONGDOCURL_FORMATS,
     MMLONGBENCH_FORMATS,
@@ -434,14 +433,14 @@ def test_longdocurl_aggregate_validates_records() -> None:
 ])
 def test_longdocurl_predictions_go_through_upstreams_eval(answer, value):
     """Upstream evaluates the extracted answer with Python's eval (sets become lists) before scoring."""
-    from evals.scoring import longdocurl_prediction
+    from docrefrag.evals.scoring import longdocurl_prediction
 
     assert longdocurl_prediction(answer) == value
 
 
 def test_longdocurl_scores_what_upstreams_eval_leaves():
-    from evals.answers import score
-    from evals.datasets import Question
+    from docrefrag.evals.answers import score
+    from docrefrag.evals.datasets import Question
 
     def q(answer, fmt):
         return Question("q", "longdocurl", "d.pdf", "Q?", answer, fmt, (1,), ())

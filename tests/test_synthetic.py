@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
-
-from docrefrag_core.synthetic import (
+from docrefrag.core.synthetic import (
     NO_EVIDENCE_BOX,
     PAGE_KINDS,
     dense_text_page,

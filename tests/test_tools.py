@@ -3,11 +3,10 @@
 import json
 
 import pytest
+from docrefrag.agents.tools import ToolRegistry
+from docrefrag.indexes.hybrid import HybridSearcher
+from docrefrag.indexes.store import Store
 from langchain_core.tools import StructuredTool
-
-from agents.tools import ToolRegistry
-from indexes.hybrid import HybridSearcher
-from indexes.store import Store
 
 
 def shout_tool(store, searcher):

@@ -9,19 +9,17 @@ import re
 
 import pytest
 import torch
-
-from docrefrag_core.checkpoint import read_checkpoint_config
-from docrefrag_core.config import ExampleConfig, TrainConfig
-from docrefrag_core.train import STAGES, Trainer, checkpoint_path, is_trained_in
-from evals.scoring import mmlongbench_score
-from indexes.corpus import CorpusIndex
+from docrefrag.core.checkpoint import read_checkpoint_config
+from docrefrag.core.config import ExampleConfig, TrainConfig
+from docrefrag.core.train import STAGES, Trainer, checkpoint_path, is_trained_in
+from docrefrag.evals.scoring import mmlongbench_score
+from docrefrag.indexes.corpus import CorpusIndex
 
 
 @pytest.fixture(scope="module")
 def tiny_decoder(tmp_path_factory):
+    from docrefrag.core.weights import model_dir
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from docrefrag_core.weights import model_dir
 
     path = tmp_path_factory.mktemp("tiny-decoder")
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
@@ -159,7 +157,7 @@ def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeyp
 
 
 def test_training_task_reconstruction_scores_both_stage1_tasks(trainer):
-    from evals.reader_evals import training_task_reconstruction
+    from docrefrag.evals.reader_evals import training_task_reconstruction
 
     reader, _ = trainer.reader("stage1")
     with torch.no_grad():
@@ -195,8 +193,8 @@ def test_train_refuses_bad_example_sizes_before_any_work(tmp_path, capsys, args,
 
 
 def test_a_checkpoint_trained_on_another_decoder_loads_it_by_itself(trainer, tiny_decoder, tmp_path):
-    from docrefrag_core.checkpoint import CheckpointError, save_checkpoint
-    from docrefrag_core.reader import load_reader
+    from docrefrag.core.checkpoint import CheckpointError, save_checkpoint
+    from docrefrag.core.reader import load_reader
 
     config = trainer.config
     trainer.run("stage1", command="test stage1")

