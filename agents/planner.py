@@ -25,18 +25,15 @@ from langchain_core.messages import HumanMessage
 
 logger = logging.getLogger(__name__)
 
-# The ask graph writes the HyDE passage only when the question's own search finds the two branches'
-# rankings uncorrelated or opposed (query disagreement Q = (1 - Spearman rho) / 2 >= 0.5), then
-# searches again. Measured on the 369 MMLongBench-Doc dev questions (docs/decisions/planner.md): with
-# 135M model the passage lowers consistency Recall@5 where the branches agree (Q < 0.2: -0.017,
-# standard error 0.011) and raises it where they do not (Q >= 0.5: +0.045, SE 0.031); written only
-# there (13% of the questions) it gives 0.727 against 0.721 without HyDE and 0.718 with it always,
-# and saves the generation (about 2 s) for the other questions. On LongDocURL (69 questions, held
-# out) it gives 0.763 against 0.756 without HyDE but 0.774 with it always (differences within one
-# standard error): there the passage did not hurt where the branches agree. The same gate applies to
-# the sub-queries with `decompose="disagreement"` (not the default): MMLongBench-Doc 0.721 gated vs
-# 0.718 always; LongDocURL 0.763 gated vs 0.778 always (within one standard error; same file).
+# The plan's LLM parts (HyDE, sub-queries) in mode "disagreement" are written only when the question's own
+# search finds the branches' rankings uncorrelated or opposed: query disagreement Q = (1 - Spearman rho) / 2
+# at or above this (the measurements behind 0.5: docs/decisions/planner.md).
 DISAGREEMENT = 0.5
+
+
+def disagrees(query_disagreement: float, threshold: float = DISAGREEMENT) -> bool:
+    """The gate of the "disagreement" plan modes, for the ask graph and the evaluation harness alike."""
+    return query_disagreement >= threshold
 
 _ANCHOR = re.compile(r"\b(?:table|figure|fig\.|chart|slide|page|section|appendix|exhibit)\s+[\w.\-]+", re.I)
 _TITLED = re.compile(r"\b(?:the\s+)?(?:chart|figure|table|graph|slide)\s+(?:titled|named|called)\s+[\"“']?([^\"”'?]+)", re.I)

@@ -19,6 +19,13 @@ from docrefrag.indexes.store import Store
 Reranker = Callable[[str, list[tuple[str, int]]], list[float]]
 
 
+def reorder(reranker: Reranker, question: str, pages: list[tuple[str, int]]) -> tuple[list[int], list[float]]:
+    """The positions of `pages` best first by the reranker's scores (a tie keeps the given order), and the
+    scores: the one reranking of the ask graph and of the evaluation harness."""
+    scores = [float(s) for s in reranker(question, pages)]
+    return sorted(range(len(pages)), key=lambda i: -scores[i]), scores
+
+
 def reader_reranker(reader: DocRefragReader, store: Store) -> Reranker:
     """P("Yes") of the Doc-REFRAG reader per page."""
 

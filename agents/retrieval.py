@@ -18,6 +18,8 @@ from docrefrag.indexes.hybrid import Hit, HybridSearcher
 
 logger = logging.getLogger(__name__)
 
+SEARCH_DEPTH = 10  # pages a round of the ask graph retrieves at the least: the ones the rerank step reorders
+
 
 @dataclass(frozen=True)
 class QueryRun:

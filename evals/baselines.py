@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from docrefrag.agents.rerank import reader_reranker, reorder
 from docrefrag.core.selector import AllSelector
 from docrefrag.evals.answers import score
 from docrefrag.evals.datasets import Question
@@ -44,11 +45,10 @@ def run_pipeline(name: str, q: Question, doc_id: str, store: Store, searcher: Hy
     """The pipeline's pages for the question (read inside `evaluate_baselines`)."""
     cands = searcher.candidates(q.question, [doc_id], k=20)
     method = name.split()[0] if name.split()[0] in ("sparse", "dense", "rrf") else "consistency"
-    order = [cands.keys[i][1] for i in np.argsort(-cands.fuse(method)[0], kind="stable")]
+    order = [page for _, page in cands.ranked(method)]
     if name == "top-20 reranked to 5":
-        tokens = store.stacked_tokens([(doc_id, p) for p in order[:20]])
-        relevance = reader.relevance(q.question, torch.from_numpy(tokens))
-        return [order[i] for i in np.argsort(-np.asarray(relevance), kind="stable")[:5]]
+        reranked = reorder(reader_reranker(reader, store), q.question, [(doc_id, p) for p in order[:20]])[0]
+        return [order[i] for i in reranked[:5]]
     return order[:20] if name == "top-20 selective" else order[:5]
 
 

@@ -7,9 +7,8 @@ With a planner, each question is planned once (the LLM calls are the cost) and s
 part of the plan switched on and off: "question" (no planner), "rules" (the rule-extracted keywords
 and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; each of
 those also as "<plan>-on-disagreement", what the ask graph does in the mode "disagreement" (HyDE's
-default): the rules plan, with the LLM parts only when the rules plan's search found the branches disagreeing (query disagreement >=
-DISAGREEMENT, the default threshold; the graph's decision for a question asked of its one
-document). One run thus gives the whole planner ablation on the same plans; rows are named
+default): the rules plan, with the LLM parts only when the rules plan's search found the branches
+disagreeing (`agents.planner.disagrees`, the graph's gate for a question asked of its one document). One run thus gives the whole planner ablation on the same plans; rows are named
 "<plan>/<method>"; the last plan (every part asked for, on disagreement) is the one reranked.
 """
 
@@ -23,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from docrefrag.agents.planner import DISAGREEMENT
-from docrefrag.agents.rerank import Reranker
-from docrefrag.agents.retrieval import search_plan
+from docrefrag.agents.planner import DISAGREEMENT, disagrees
+from docrefrag.agents.rerank import Reranker, reorder
+from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.schemas import Plan
 from docrefrag.evals.datasets import Question
 from docrefrag.evals.jsonl import load_rows
@@ -37,7 +36,6 @@ from tqdm import tqdm
 logger = logging.getLogger(__name__)
 
 METHODS = ("sparse", "dense", "rrf", "sum", "consistency")
-RERANK_DEPTH = 20
 ON_DISAGREEMENT = "-on-disagreement"  # suffix of a variant that is the rules plan unless the branches disagree
 
 
@@ -87,11 +85,13 @@ class RetrievalReport:
 def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequence[Question], doc_ids: dict[str, str],
                        out: Path, methods: Sequence[str] = METHODS, show_progress: bool = True,
                        planner: Callable[[str], Plan] | None = None, hyde: bool = False, decompose: bool = False,
-                       reranker: Reranker | None = None, settings: dict | None = None) -> RetrievalReport:
+                       reranker: Reranker | None = None, settings: dict | None = None,
+                       disagreement: float = DISAGREEMENT) -> RetrievalReport:
     """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (which writes
     the HyDE passage and/or the sub-queries, as `hyde` and `decompose` say), each question is also
     searched as the ask graph's retrieve node does, once per `plan_variants`; the plan is kept in the
-    row. With a `reranker`, the consistency-fused top RERANK_DEPTH pages (of the last plan) are
+    row; `disagreement` is the ask settings' gate (AskConfig.disagreement). With a `reranker`, the
+    consistency-fused top SEARCH_DEPTH pages (of the last plan: what the ask graph reranks) are
     reordered by it as one more method, "reranked" (the pages below the depth keep their fused order),
     and its time per page is recorded."""
     fused_methods = list(methods)
@@ -120,8 +120,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
             row = {"qid": q.qid, "doc": q.doc_name, "evidence": list(q.evidence_pages)}
             if planner is None:
                 cands = searcher.candidates(q.question, scope, k=max(KS))
-                ranking = {m: [cands.keys[i][1] for i in np.argsort(-cands.fuse(m)[0], kind="stable")]
-                           for m in fused_methods}
+                ranking = {m: [page for _, page in cands.ranked(m)] for m in fused_methods}
             else:
                 plan = planner(q.question)
                 row["plan"] = plan.model_dump()
@@ -131,7 +130,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 # as the ask graph: the LLM parts only where the rules plan's branches disagree
                 runs = search_plan(plans["rules"], q.question, cached, scope, max(KS), "consistency")[1]
                 row["query_disagreement"] = runs[0].query_disagreement if runs else 0.0
-                if row["query_disagreement"] >= DISAGREEMENT:
+                if disagrees(row["query_disagreement"], disagreement):
                     plans.update({v: plans[v.removesuffix(ON_DISAGREEMENT)] for v in plans if v.endswith(ON_DISAGREEMENT)})
                 # the last plan first: planning plus its search is the ask graph's retrieve latency
                 for v, p in reversed(plans.items()):
@@ -141,13 +140,12 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                         row["latency_ms"] = (time.perf_counter() - start) * 1000
             row.setdefault("latency_ms", (time.perf_counter() - start) * 1000)
             if reranker is not None:
-                top = ranking[base][:RERANK_DEPTH]
+                top = ranking[base][:SEARCH_DEPTH]  # as many pages as the ask graph's rerank step reorders
                 t0 = time.perf_counter()
-                scores = reranker(q.question, [(scope[0], page) for page in top])
+                order, scores = reorder(reranker, q.question, [(scope[0], page) for page in top])
                 row["rerank_ms_per_page"] = (time.perf_counter() - t0) * 1000 / max(len(top), 1)
-                row["rerank_pages"], row["rerank_scores"] = top, [round(float(s), 5) for s in scores]  # fused order
-                order = np.argsort(-np.asarray(scores), kind="stable")
-                ranking["reranked"] = [top[i] for i in order] + ranking[base][RERANK_DEPTH:]
+                row["rerank_pages"], row["rerank_scores"] = top, [round(s, 5) for s in scores]  # fused order
+                ranking["reranked"] = [top[i] for i in order] + ranking[base][SEARCH_DEPTH:]
             for method, ranked in ranking.items():
                 row[method] = {"ranked": ranked[: max(KS)], **retrieval_metrics(ranked[: max(KS)], q.evidence_pages)}
             f.write(json.dumps(row) + "\n")

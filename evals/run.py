@@ -60,16 +60,19 @@ def run_settings(store: Store, config: dict | None = None, **models) -> dict:
 
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,
                   limit: int | None = None, show_progress: bool = True, llm=None, hyde: bool = False,
-                  decompose: bool = False, reranker: str | None = None, reader=None) -> RetrievalReport:
+                  decompose: bool = False, reranker: str | None = None, reader=None,
+                  config: AskConfig | None = None) -> RetrievalReport:
     """Retrieval-only run: each question ranks the pages of its own document (see evals.retrieval);
     with `hyde` / `decompose` the chat model `llm` plans each question first (agents.planner); with a
     `reranker` ("reader": the Doc-REFRAG `reader`; "chat": the local chat model `llm` over the pages'
-    text, as much of each as the answer agent reads), its page relevance reranks the fused top 20 as one more method."""
+    text, as much of each as the answer agent reads), its page relevance reranks the fused top pages as the ask
+    graph does, as one more method. `config` (default AskConfig()) gives the gate and the characters read per page."""
+    config = config or AskConfig()
     score = None
     if reranker is not None:  # before any ingest: a reranker without its model is refused at once
         from docrefrag.agents.rerank import make_reranker
 
-        score = make_reranker(reranker, store, reader, llm, AskConfig().chars_per_page)
+        score = make_reranker(reranker, store, reader, llm, config.chars_per_page)
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     searcher = HybridSearcher(store, embedder)
     planner = None
@@ -79,10 +82,11 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", rerank_setting])
     benchmark_setting = f"{benchmark}{setting}"
     chat_reranker = {"reranker_llm": llm} if reranker == "chat" else {}  # absent otherwise: earlier runs resume
-    settings = run_settings(store, planner_llm=llm if planner is not None else None, reader=reader, **chat_reranker)
+    gate = {"disagreement": config.disagreement} if planner is not None else None  # what the planner rows depend on
+    settings = run_settings(store, gate, planner_llm=llm if planner is not None else None, reader=reader, **chat_reranker)
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
                                 show_progress=show_progress, planner=planner, hyde=hyde, decompose=decompose,
-                                reranker=score, settings=settings)
+                                reranker=score, settings=settings, disagreement=config.disagreement)
     report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}

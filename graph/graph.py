@@ -24,9 +24,10 @@ from typing import Literal
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import NOT_ANSWERABLE, PageText, answer_question, cite, page_texts, read_with_reader
 from docrefrag.agents.llm import invoke_llm
-from docrefrag.agents.planner import decompose_question, plan_question, write_hyde
+from docrefrag.agents.planner import decompose_question, disagrees, plan_question, write_hyde
 from docrefrag.agents.plugins import load_object
-from docrefrag.agents.retrieval import search_plan
+from docrefrag.agents.rerank import reorder
+from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.schemas import Claim, Plan
 from docrefrag.agents.validation import validate
 from docrefrag.graph.context import AskConfig, AskContext
@@ -57,7 +58,7 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     p = Plan(**state["plan"])
     read = cfg.reader_pages if cfg.answerer == "reader" else cfg.pages
     k = read + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
-    hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, 10), cfg.fusion)
+    hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, SEARCH_DEPTH), cfg.fusion)
     queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap,
                 "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3),
                 "switched_off": {"sparse": r.sparse_off, "dense": r.dense_off}}
@@ -92,7 +93,7 @@ def enrich(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def route_after_retrieve(state: AskState, runtime: Runtime[AskContext]) -> Literal["enrich", "rerank"]:
     cfg = runtime.context.config
     if (state.get("round", 1) == 1 and not state.get("enriched") and _to_enrich(state, cfg)
-            and state.get("query_disagreement", 0.0) >= cfg.disagreement):
+            and disagrees(state.get("query_disagreement", 0.0), cfg.disagreement)):
         return "enrich"
     return "rerank"
 
@@ -103,8 +104,8 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
     if reranker is None:
         return {"trace": [{"node": "rerank", "note": "no reranker configured; fused order kept"}]}
     hits = [Hit(**h) for h in state["hits"]]
-    scores = reranker(state["question"], [(h.doc_id, h.page) for h in hits])
-    ranked = sorted((replace(h, rerank=float(s)) for h, s in zip(hits, scores)), key=lambda h: -h.rerank)
+    order, scores = reorder(reranker, state["question"], [(h.doc_id, h.page) for h in hits])
+    ranked = [replace(hits[i], rerank=scores[i]) for i in order]
     return {"hits": [asdict(h) for h in ranked], "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h in ranked]}]}
 
 

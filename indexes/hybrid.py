@@ -49,6 +49,15 @@ class Candidates:
         """The candidates' fused scores and the branches' agreement (indexes/fusion.py)."""
         return fuse_with_diagnostics(self.sparse, self.dense, method, self.keys, health=self.health, **params)
 
+    def ranked(self, method: FusionMethod = DEFAULT_METHOD) -> list[tuple[str, int]]:
+        """The candidates' (doc_id, page), best first by the fused score."""
+        return [self.keys[i] for i in best_first(self.fuse(method)[0])]
+
+
+def best_first(scores: np.ndarray) -> np.ndarray:
+    """Indices of `scores` from the highest down; ties keep their order."""
+    return np.argsort(-np.asarray(scores), kind="stable")
+
 
 class HybridSearcher:
     """Each branch proposes `n_candidates` pages; the union is fused and the top k returned."""
@@ -81,7 +90,7 @@ class HybridSearcher:
         """Each branch's top n pages of `scope`: their keys, BM25 and visual scores (NaN: not proposed)."""
         visual, bm25 = self.store.visual, self.store.bm25()
         scored = bm25.page_scores(query, scope)
-        top = np.argsort(-scored.scores, kind="stable")[:n]
+        top = best_first(scored.scores)[:n]
         sparse_by_key = {bm25.page_keys[scored.scope[i]]: float(scored.scores[i]) for i in top}
         dense_by_key = {(h.doc_id, h.page): h.score for h in visual.search(query_vec, k=n, doc_ids=scope)}
         keys = list(dict.fromkeys([*sparse_by_key, *dense_by_key]))
@@ -129,13 +138,11 @@ class HybridSearcher:
     def ranked_pages(self, query: str, k: int, method: FusionMethod = DEFAULT_METHOD) -> list[tuple[str, int]]:
         """(doc_id, page) of the pages most similar to `query` in the whole store (at least k when it has
         them), best first: the hard negatives of docrefrag.core.longrag's noisy sequences."""
-        cands = self.candidates(query, None, k)
-        order = np.argsort(-cands.fuse(method)[0], kind="stable")
-        return [cands.keys[i] for i in order]
+        return self.candidates(query, None, k).ranked(method)
 
     def to_hits(self, cands: Candidates, fused: np.ndarray, k: int) -> list[Hit]:
         """The top-k candidates by `fused`, each with its best BM25 chunk as region and snippet."""
-        order = np.argsort(-fused, kind="stable")[:k]
+        order = best_first(fused)[:k]
         chosen = [cands.keys[i] for i in order]
         position = self.store.bm25().position
         best = (self.store.bm25().best_chunks(cands.bm25, np.array([position[key] for key in chosen if key in position]))

@@ -118,7 +118,7 @@ def test_run_settings_tell_models_apart():
     assert model_identity(ParrotFakeChatModel()) != model_identity(a) and model_identity(None) is None
 
 
-def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder, monkeypatch):
+def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, ingest, light_pdf, embedder):
     from docrefrag.agents.schemas import Plan
     from docrefrag.evals.datasets import Question
     from docrefrag.evals.retrieval import evaluate_retrieval, plan_variants
@@ -164,10 +164,9 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     q_rules = search_plan(rules, question, searcher, [result.doc_id], 10, "consistency")[1][0].query_disagreement
     assert row["query_disagreement"] == q_rules
     for threshold, disagree in ((q_rules, True), (float(np.nextafter(q_rules, 2.0)), False)):
-        monkeypatch.setattr("docrefrag.evals.retrieval.DISAGREEMENT", threshold)
         out = tmp_path / f"{disagree}.jsonl"
         evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, out, show_progress=False,
-                           planner=planner, hyde=True, decompose=True)
+                           planner=planner, hyde=True, decompose=True, disagreement=threshold)
         adaptive = json.loads(out.read_text())
         for v in ("hyde", "decomposition", "hyde+decomposition"):
             for m in ("sparse", "dense", "consistency"):
@@ -374,3 +373,28 @@ def test_abstention_signals_are_ranked_by_auroc_and_scored_as_abstaining_below_a
     assert (confidence["auroc"], confidence["right"], confidence["wrong"]) == (1.0, 1, 2)
     assert confidence["accuracy_abstaining_below"]["0.500"] == 0.75  # rows 2 and 3 abstain: row 3 becomes right
     assert out["signals"]["lexical"]["auroc"] == 0.75
+
+
+def test_the_harness_and_the_graph_share_one_rerank_and_one_gate():
+    """`reorder` is the ask graph's rerank step and the harness's "reranked" method; `disagrees` the gate of both."""
+    from docrefrag.agents.planner import DISAGREEMENT, disagrees
+    from docrefrag.agents.rerank import reorder
+
+    pages = [("d", 1), ("d", 2), ("d", 3), ("d", 4)]
+    order, scores = reorder(lambda q, p: [0.2, 0.9, 0.2, 0.5], "q", pages)
+    assert order == [1, 3, 0, 2]  # the tie (pages 1 and 3) keeps the fused order
+    assert scores == [0.2, 0.9, 0.2, 0.5]
+    assert reorder(lambda q, p: [], "q", []) == ([], [])
+    assert disagrees(DISAGREEMENT) and not disagrees(float(np.nextafter(DISAGREEMENT, 0.0)))
+    assert disagrees(0.3, threshold=0.3) and not disagrees(0.3, threshold=0.31)
+
+
+def test_candidates_rank_best_first_with_ties_in_order():
+    from docrefrag.indexes.hybrid import Candidates, best_first
+
+    assert best_first(np.array([0.1, 0.5, 0.5, -1.0])).tolist() == [1, 2, 0, 3]
+    nan = float("nan")
+    cands = Candidates(["d"], [("d", 1), ("d", 2), ("d", 3)], np.array([1.0, 3.0, nan]), np.array([nan, 0.2, 0.9]), None)
+    assert cands.ranked("sparse") == [("d", 2), ("d", 1), ("d", 3)]
+    fused = cands.fuse("consistency")[0]
+    assert cands.ranked("consistency") == [cands.keys[i] for i in np.argsort(-fused, kind="stable")]
