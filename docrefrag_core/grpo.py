@@ -11,13 +11,10 @@ function the evaluation reports: reward and metric cannot drift apart). Then
 with the KL estimated per sample by the unbiased k3 estimator
 exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1 (as in DeepSeekMath).
 
-Departures from the Doc-REFRAG paper, all forced by training on 2 CPU cores:
-- log pi(s) is the Plackett-Luce log-probability of the ordered draw (Gumbel top-k sampling), and
-  the ratio is taken per selection, not per chunk;
-- one policy update per group (pi_old = the policy that sampled, detached), so the ratio is 1 at
-  the first step and clipping only matters when `updates_per_group` > 1;
-- the reference policy is the selector at the start of stage 3 (the paper's initial policy);
-- groups are small sequences (a few pages, not 20-30), and answers are decoded with a short bound.
+Departures from the Doc-REFRAG paper, forced by training on 2 CPU cores: log pi(s) is the Plackett-Luce
+log-probability of the ordered draw (Gumbel top-k), the ratio taken per selection, not per chunk; one
+policy update per group (clipping matters only when `updates_per_group` > 1); the reference policy is
+the selector at the start of stage 3; groups are sequences of a few pages with short decoded answers.
 """
 
 from __future__ import annotations

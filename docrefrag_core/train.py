@@ -1,16 +1,13 @@
 """Training the Doc-REFRAG reader in three stages (`docrefrag train stage1|stage2|stage3|all`).
 
-- stage 1, reconstruction: the decoder frozen (LoRA off), train the token norm (the encoder's
-  alignment layer), the projector and the aligner on text parsing and text localisation;
-- stage 2, continual pretraining: LoRA on, the same parts plus LoRA, on question answering with a
-  curriculum single page -> multi-page -> noisy DocLongRAG-style sequences, with pseudo-label
-  expansion (see `train_data`), mixed with page-relevance (rerank) examples so the same reader can
-  rerank;
-- stage 3, GRPO: the decoder, norm, projector, aligner and LoRA frozen; the selector trained with
-  the group-relative objective of `grpo` on multi-page sequences (2-4 pages of the evidence's
-  document: a rollout group over noisy 20-30-page sequences costs minutes on 2 CPU cores), reward =
-  the `reward` function given to the trainer (the face gives `docrefrag.evals.scoring.mmlongbench_score`, the
-  benchmark's own scorer) of the decoded answer, budget p ~ U[p_min, p_max].
+- stage 1, reconstruction: the decoder frozen (LoRA off); the token norm, the projector and the aligner
+  trained on text parsing and text localisation;
+- stage 2, continual pretraining: the same parts plus LoRA, on question answering over single page ->
+  multi-page -> noisy DocLongRAG-style sequences with pseudo-label expansion (`train_data`), mixed
+  with page-relevance examples so the same reader can rerank;
+- stage 3, GRPO: everything frozen but the selector, trained with `grpo` on 2-4-page sequences of the
+  evidence's document; reward = the trainer's `reward` function of the decoded answer (the face gives
+  the benchmark's own scorer), budget p ~ U[p_min, p_max].
 
 The corpus is indexed by the `open_index` factory given to the trainer (the face gives
 `docrefrag.indexes.corpus.CorpusIndex`): this layer imports neither the indexes nor the evaluation.
@@ -51,8 +48,8 @@ STAGES = ("stage1", "stage2", "stage3")
 Reward = Callable[[str, str, str], float]  # (ground truth, decoded answer, answer format) -> score in [0, 1]
 
 
-class CorpusIndex(Protocol):
-    """The training corpus's page index (indexes.corpus.CorpusIndex)."""
+class TrainingCorpus(Protocol):
+    """What the trainer needs of its corpus's page index (implemented by `docrefrag.indexes.corpus.CorpusIndex`)."""
 
     store: Any  # .page_tokens(doc_id, page), .page(doc_id, page)
     searcher: PageSearch
@@ -62,7 +59,7 @@ class CorpusIndex(Protocol):
     def close(self) -> None: ...
 
 
-IndexFactory = Callable[[Path, Any, bool], CorpusIndex]  # (store folder, text embedder, show progress)
+IndexFactory = Callable[[Path, Any, bool], TrainingCorpus]  # (store folder, text embedder, show progress)
 
 
 def is_trained_in(stage: str, name: str) -> bool:

@@ -61,7 +61,7 @@ class Corpus:
 
 def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpus:
     """Write the documents into `folder` (skipping those already there), ingest them with
-    `index.ingest(paths)` (resumable: unchanged files are skipped; see train.CorpusIndex) and load
+    `index.ingest(paths)` (resumable: unchanged files are skipped; see train.TrainingCorpus) and load
     their tokens from `index.store`."""
     folder.mkdir(parents=True, exist_ok=True)
     synthetic = [training_document(folder / f"train-{seed + i:05d}.pdf", pages, seed + i) for i in range(docs)]

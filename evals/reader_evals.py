@@ -5,23 +5,17 @@
     python -m docrefrag.evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
     python -m docrefrag.evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
 
-- reconstruction: dense-text pages (`synthetic.dense_text_page`, held-out seeds) of 500-4,000
-  characters; the reader is asked to read the page and its output is compared with the beginning of
-  the page's text, as long as the training targets (`ExampleConfig.target_chars`): ANLS (official
-  threshold 0.5) and the plain normalised-Levenshtein similarity, compressed only and with the
-  selector's p = 0.2 expansion (and every chunk expanded, as the upper reference).
-- training-tasks: stage 1's own tasks (page parsing, box localisation) on held-out pages of the training
-  distribution (`training_document`, held-out seeds), scored like reconstruction: whether the reader
-  learnt to read its training pages in general, apart from the dense-text shift.
-- selectors: noisy sequences (the evidence page first among hard negatives from our own index);
-  answer score (`docrefrag.evals.scoring.mmlongbench_score`) and selection latency (the selector's `choose`
-  alone) of the random, similarity and trained selectors at p in {0.1, 0.15, 0.2, 0.25, 0.3}, with
-  the accuracy-by-budget plot (`docrefrag.evals.report.accuracy_by_budget`).
-- answer-loss: the teacher-forced cross-entropy (nats per answer token) of the gold answer on the same
-  noisy sequences, for each selector at p = 0.2 between the two bounds "none" (every chunk compressed)
-  and "all" (every chunk expanded): a graded measure of reading where every answer is still wrong, and
-  of whether what the selector expands matters to the reader at all (the training ablations are
-  compared by the similarity row).
+- reconstruction: held-out dense-text pages of 500-4,000 characters; the reader's reading of the page
+  against the beginning of its text (ANLS, threshold 0.5, and normalised-Levenshtein similarity),
+  compressed, with p = 0.2 expansion, and with every chunk expanded (the upper reference).
+- training-tasks: stage 1's own tasks (page parsing, box localisation) on held-out training pages,
+  scored the same way: whether the reader learnt its training pages apart from the dense-text shift.
+- selectors: noisy sequences (the evidence page among hard negatives from our own index); the answer
+  score and the selection latency of the random, similarity and trained selectors at p in
+  {0.1, ..., 0.3}, with the accuracy-by-budget plot.
+- answer-loss: the gold answer's teacher-forced cross-entropy (nats per token) on the same sequences,
+  per selector at p = 0.2, between "none" (all compressed) and "all" (all expanded): whether what the
+  selector expands matters to the reader at all.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A store opened with its ingest and hybrid search in one handle: the index of the Doc-REFRAG
-reader's training corpus (`docrefrag.core.train` takes it through its `CorpusIndex` interface, so
+reader's training corpus (`docrefrag.core.train` takes it through its `TrainingCorpus` interface, so
 the model layer does not import this one)."""
 
 from __future__ import annotations

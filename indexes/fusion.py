@@ -11,13 +11,9 @@ by four signals of which branch carries evidence for this query:
 - the query disagreement Q (Spearman of the two rankings), which sharpens that shift;
 - the smoothness S_b of each branch's ranks along consecutive pages (sections span pages, noise does not);
 - the branch health per document (indexes/health.py): a branch far below the other is switched off there.
-D, the support of a page from one branch only, is exposed in Diagnostics for the graph (which adds a
-HyDE passage when Q >= 0.5); lambda = 0 because the penalty never helped.
-
-Why it is the default: on the dev sets every fusion is within about 0.01 Recall@5 of the others, but
-with one branch replaced by noise the plain sum loses up to 0.24 to the best branch and this method
-nothing. The formulas, the grids and the stress tables behind every constant are in
-docs/decisions/fusion.md.
+D, the support of a page from one branch only, is exposed in Diagnostics; lambda = 0 (the penalty never
+helped). Why it is the default (with one branch replaced by noise, the plain sum loses up to 0.24 to the
+best branch and this method nothing), the formulas, grids and stress tables: docs/decisions/fusion.md.
 """
 
 from __future__ import annotations

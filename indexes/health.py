@@ -1,28 +1,22 @@
 """Branch health: can each retrieval branch find a page of a document from that page's own words?
 
-Per-query signals (indexes/fusion.py) cannot always tell a branch that fails on a corpus from one
-that works: a noisy branch disagrees with the good one exactly as much as the reverse, and its
-scores can stand out of their bulk as much as real ones. Queries whose answer page is known can.
-Per document, QUERIES pseudo-queries are drawn (deterministically from the doc id): each a window
-of WORDS consecutive words of a text chunk (chunks with fewer words are skipped; every chunk once
-before any twice, at another window).
-Each branch ranks all pages of the document for each; its health is the chance-corrected mean
-reciprocal rank of the source page,
+Per-query signals (indexes/fusion.py) cannot always tell a branch that fails on a corpus from one that
+works; queries whose answer page is known can. Per document, QUERIES pseudo-queries are drawn
+(deterministically from the doc id), each a window of WORDS consecutive words of a text chunk. Each
+branch ranks all pages of the document for each; its health is the chance-corrected mean reciprocal
+rank of the source page,
 
     h_b = (MRR_b - c) / (1 - c),   c = H_n / n  (the MRR of a random order of the n pages),
 
-1 when the branch always ranks the source page first, about 0 when it finds it by chance. The
-fusion switches a branch off for a document's pages when its health is below
-`FusionConfig.health_ratio` (0.5) times the other branch's. Documents of at most MIN_PAGES pages (any
-ranking puts every page in the top 5) and documents whose pseudo-queries come from fewer than
-MIN_SOURCES pages (little text) get NaN: no gating.
-
-Why only a large gap acts, and why QUERIES = 64: docs/decisions/branch-health.md (on the dev
-stores the weaker real branch keeps at least 0.58 of the other's health, a noise branch at most 0.49).
+1 when the branch always ranks the source page first, about 0 when it finds it by chance. The fusion
+switches a branch off for a document's pages when its health is below `FusionConfig.health_ratio`
+(0.5) times the other's. Documents of at most MIN_PAGES pages, or with pseudo-queries from fewer than
+MIN_SOURCES pages, get NaN: no gating. Why only a large gap acts, and why QUERIES = 64:
+docs/decisions/branch-health.md.
 
 The health is computed once per document and kept in the store's catalog (`Store.branch_health`);
-VERSION names this recipe, so a change of it recomputes the records: bump it also when a branch's
-scoring changes (BM25's parameters, the visual page score), since the records measured the old one.
+VERSION names this recipe: bump it when the recipe or a branch's scoring changes, so the records are
+measured again.
 """
 
 from __future__ import annotations
