@@ -21,17 +21,18 @@ from dataclasses import dataclass
 
 import torch
 from docrefrag.agents import prompts
-from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.core.chunking import box_overlap, chunk_box, region_words
 from docrefrag.indexes.bm25 import tokenize
-from docrefrag.indexes.store import ChunkRecord, Store
+from docrefrag.indexes.catalog import ChunkRecord
+from docrefrag.indexes.store import Store
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 logger = logging.getLogger(__name__)
 
-NOT_ANSWERABLE = "Not answerable"
 # abstentions written otherwise; scored as answers they lose ANLS points and count as answered in F1
 _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the document", "cannot be answered",
                 "the answer is not in the document", "not mentioned", "not found", "unknown", ""}

@@ -17,7 +17,7 @@ import logging
 import re
 
 from docrefrag.agents import prompts
-from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.schemas import EvidenceType, Plan
 from docrefrag.indexes.bm25 import STOPWORDS
 from langchain_core.language_models import BaseChatModel

@@ -10,12 +10,14 @@ DECOMPOSE = (
     "one question per line. If it asks for one fact, repeat it.\n\nQuestion: {question}\nQuestions:\n"
 )
 
+NOT_ANSWERABLE = "Not answerable"  # the benchmarks' answer where the document holds none
+
 ANSWER_SYSTEM = (
     "You answer questions about a document using only the pages given. Reply with the short answer "
     "only, no explanation, in one of these forms: an integer (digits only, no units: 42); a number "
     "(digits, no units or % sign unless asked: 3.5); a short string (a name or a phrase, as written "
     "on the page); a list (['a', 'b']). If the pages do not contain the answer, reply exactly: "
-    "Not answerable"
+    + NOT_ANSWERABLE
 )
 
 ANSWER_USER = "{pages}\n\nQuestion: {question}\nShort answer:"

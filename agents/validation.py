@@ -12,7 +12,7 @@ import re
 
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText, is_unanswerable
-from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.schemas import Claim, Verdict
 from docrefrag.indexes.bm25 import tokenize
 from langchain_core.language_models import BaseChatModel

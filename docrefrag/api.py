@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
+from docrefrag.indexes.catalog import DocInfo, unfinished_summary
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
 from docrefrag.indexes.hybrid import Hit, HybridSearcher
 from docrefrag.indexes.ingest import Ingestor, IngestResult, check_workers, discover
-from docrefrag.indexes.store import DocInfo, Store, unfinished_summary
+from docrefrag.indexes.store import Store
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -153,11 +154,11 @@ class DocRefrag:
         return self.open_store().documents()
 
     def llm(self, spec: str | BaseChatModel | None = None, timeout: float = 60, max_retries: int = 2) -> BaseChatModel:
-        """A chat model from a spec (see `docrefrag.agents.llm.make_llm`; `timeout` in seconds per read and
+        """A chat model from a spec (see `docrefrag.agents.llm_factory.make_llm`; `timeout` in seconds per read and
         `max_retries` apply to `openai:` endpoints); the local default is shared."""
         from langchain_core.language_models import BaseChatModel
 
-        from docrefrag.agents.llm import make_llm
+        from docrefrag.agents.llm_factory import make_llm
 
         if isinstance(spec, BaseChatModel):
             return spec
@@ -212,7 +213,7 @@ class DocRefrag:
 
     @staticmethod
     def _spec(model: BaseChatModel) -> str | None:
-        from docrefrag.agents.llm import llm_spec
+        from docrefrag.agents.llm_factory import llm_spec
 
         return llm_spec(model)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 from docrefrag.core.config import ReaderConfig
-from docrefrag.core.weights import sha256_file
+from docrefrag.core.weights_verify import sha256_file
 from safetensors.torch import load_file, save_file
 
 FORMAT = 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from docrefrag.core.config import CHUNK_K
 from docrefrag.core.page import Word
 
 
@@ -32,7 +33,7 @@ def merge_chunks(chunks: np.ndarray) -> np.ndarray:
 
 
 def retrieval_vectors(
-    tokens: np.ndarray, word_counts: np.ndarray, text_dim: int, k: int = 3
+    tokens: np.ndarray, word_counts: np.ndarray, text_dim: int, k: int = CHUNK_K
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectors of one page for the visual index.
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+GRID = 18  # cells per side of a page's layout grid: GRID**2 tokens per page
+CHUNK_K = 3  # grid tokens per chunk, for reading and for retrieval: GRID**2 / CHUNK_K chunks per page
+
 
 @dataclass(frozen=True)
 class EncoderConfig:
     """The layout-grid page encoder (see `page_encoder.LayoutGridEncoder`)."""
 
-    grid: int = field(default=18, metadata={"help": "cells per side; m = grid**2 tokens per page"})
+    grid: int = field(default=GRID, metadata={"help": "cells per side; m = grid**2 tokens per page"})
     text_dim: int = field(default=384, metadata={"help": "hidden size of the text embedder"})
     max_tokens: int = field(
         default=128, metadata={"help": "embedder window in word pieces; longer blocks are split"}
@@ -54,7 +57,7 @@ class EncoderConfig:
 class ReaderConfig:
     """The Doc-REFRAG reader: chunk compression, selective expansion, decoder with LoRA."""
 
-    k: int = field(default=3, metadata={"help": "grid tokens per chunk (2, 3 or 6 divide the 324 tokens)"})
+    k: int = field(default=CHUNK_K, metadata={"help": "grid tokens per chunk (2, 3 or 6 divide the 324 tokens)"})
     p: float = field(default=0.2, metadata={"help": "fraction of all chunks expanded to their k tokens"})
     token_dim: int = field(default=412, metadata={"help": "dimension of a page token (the encoder's dim)"})
     question_dim: int = field(default=384, metadata={"help": "dimension of the question embedding"})
@@ -84,8 +87,8 @@ class ReaderConfig:
 
 @dataclass(frozen=True)
 class ExampleConfig:
-    k: int = 3
-    grid: int = 18
+    k: int = CHUNK_K
+    grid: int = GRID
     target_chars: int = field(default=160, metadata={"help": "characters of a parse/locate target"})
     multi_pages: tuple[int, int] = field(default=(2, 4), metadata={"help": "pages of a 'multi' QA example"})
     noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={

@@ -1,7 +1,7 @@
 """Group relative policy optimisation (GRPO) of the chunk selector, as tensor functions.
 
 For one question the policy (the selector) draws G selections of T chunks; each is decoded by the
-frozen reader and scored by the benchmark's own scorer (`docrefrag.evals.scoring.mmlongbench_score`, the
+frozen reader and scored by the benchmark's own scorer (`docrefrag.evals.score_mmlongbench.mmlongbench_score`, the
 function the evaluation reports: reward and metric cannot drift apart). Then
 
     A_g   = (r_g - mean(r)) / (std(r) + eps)                         group-relative advantage

@@ -1,6 +1,6 @@
 """Training data of the Doc-REFRAG reader, drawn from a synthetic corpus ingested into a store.
 
-The corpus is `docs` training documents (`synthetic.training_document`, seeds `seed .. seed+docs-1`),
+The corpus is `docs` training documents (`synthetic_training.training_document`, seeds `seed .. seed+docs-1`),
 ingested like any user document, so the reader trains on exactly the tokens it reads at run time and
 the DocLongRAG builder searches the corpus with our own index. Held-out documents use other seeds.
 
@@ -28,7 +28,8 @@ import numpy as np
 from docrefrag.core.chunking import box_overlap, chunk_box
 from docrefrag.core.config import ExampleConfig
 from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
-from docrefrag.core.synthetic import SyntheticDoc, training_document
+from docrefrag.core.synthetic import SyntheticDoc
+from docrefrag.core.synthetic_training import training_document
 
 logger = logging.getLogger(__name__)
 

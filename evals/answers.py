@@ -1,8 +1,8 @@
 """End-to-end evaluation: each question goes through the ask graph on its own document; the answer
-is scored with the benchmark's official rules (evals.scoring).
+is scored with the benchmark's official rules (evals.score_mmlongbench, evals.score_longdocurl).
 
 Answer extraction, MMLongBench-Doc's two-step protocol: with an `extractor` chat model, the
-benchmark's extraction prompt (`docrefrag.evals.scoring.EXTRACTION_PROMPT`, user turn) and the question with
+benchmark's extraction prompt (`docrefrag.evals.extraction.EXTRACTION_PROMPT`, user turn) and the question with
 the system's free-form answer (a prefilled assistant turn that the model continues) give
 "Extracted answer: ... / Answer format: ...", and the extracted answer is what is scored (an
 unparseable extraction scores 0, as upstream). Our answer agent is prompted for the short answer
@@ -19,19 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from docrefrag.agents.answer import NOT_ANSWERABLE
-from docrefrag.agents.llm import LocalChatModel, invoke_llm
+from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.llm import LocalChatModel
+from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.datasets import Question, mmlongbench_format
+from docrefrag.evals.extraction import extraction_messages, parse_extraction
 from docrefrag.evals.jsonl import load_rows
-from docrefrag.evals.scoring import (
-    extraction_messages,
-    longdocurl_aggregate,
-    longdocurl_prediction,
-    longdocurl_score,
-    mmlongbench_aggregate,
-    mmlongbench_score,
-    parse_extraction,
-)
+from docrefrag.evals.score_longdocurl import longdocurl_aggregate, longdocurl_prediction, longdocurl_score
+from docrefrag.evals.score_mmlongbench import mmlongbench_aggregate, mmlongbench_score
 from docrefrag.graph.context import AskConfig
 from docrefrag.graph.run import run_ask
 from docrefrag.indexes.hybrid import HybridSearcher

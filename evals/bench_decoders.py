@@ -25,7 +25,7 @@ from docrefrag.agents.llm import LocalChatModel
 from docrefrag.core.decoding import load_causal_lm
 from docrefrag.core.weights import model_dir
 from docrefrag.evals.datasets import document_sources, load_questions, mmlongbench_format
-from docrefrag.evals.scoring import mmlongbench_score
+from docrefrag.evals.score_mmlongbench import mmlongbench_score
 from docrefrag.indexes.store import Store
 
 

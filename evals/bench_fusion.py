@@ -40,7 +40,7 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
     from docrefrag.evals.run import prepare
     from docrefrag.indexes.hybrid import HybridSearcher
     from docrefrag.indexes.store import Store
-    from docrefrag.indexes.visual import CHUNKS, POOLED
+    from docrefrag.indexes.visual_backends import CHUNKS, POOLED
 
     with Store(store_dir) as store:
         embedder = TextEmbedder.default()

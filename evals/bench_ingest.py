@@ -131,8 +131,8 @@ def reopen_and_search(store_dir: Path, repeats: int = 5) -> dict:
 
 
 def write_synthetic(folder: Path, pages: int, per_doc: int = 135) -> None:
-    """Generated annual reports (`synthetic.sample_report`) of `per_doc` pages, `pages` in all."""
-    from docrefrag.core.synthetic import sample_report
+    """Generated annual reports (`synthetic_report.sample_report`) of `per_doc` pages, `pages` in all."""
+    from docrefrag.core.synthetic_report import sample_report
 
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(-(-pages // per_doc)):

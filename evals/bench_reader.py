@@ -32,7 +32,7 @@ QUESTION = "How many megawatts of solar capacity did the North region report, an
 def generated_pages(n: int) -> np.ndarray:
     """(n, m, d) tokens of an n-page synthetic report, parsed and encoded as at ingest."""
     from docrefrag.core.page_encoder import default_encoder
-    from docrefrag.core.synthetic import sample_report
+    from docrefrag.core.synthetic_report import sample_report
     from docrefrag.indexes.ingest import encode_document
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from docrefrag.agents.prompts import NOT_ANSWERABLE
+
 logger = logging.getLogger(__name__)
 
 Benchmark = Literal["mmlongbench", "longdocurl"]
@@ -40,7 +42,7 @@ class Question:
 
     @property
     def answerable(self) -> bool:
-        return self.answer.strip() != "Not answerable"
+        return self.answer.strip() != NOT_ANSWERABLE
 
 
 def _list_field(value) -> list:

@@ -32,7 +32,8 @@ import torch
 from docrefrag.core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
 from docrefrag.evals.metrics import bootstrap_se
 from docrefrag.evals.report import accuracy_by_budget
-from docrefrag.evals.scoring import anls, mmlongbench_score, similarity
+from docrefrag.evals.score_common import anls, similarity
+from docrefrag.evals.score_mmlongbench import mmlongbench_score
 
 HELD_OUT_SEED = 90_000
 PS = (0.1, 0.15, 0.2, 0.25, 0.3)
@@ -40,7 +41,7 @@ PS = (0.1, 0.15, 0.2, 0.25, 0.3)
 
 def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 3, target_chars: int = 160,
                    new_tokens: int = 64) -> list[dict]:
-    from docrefrag.core.synthetic import dense_text_page
+    from docrefrag.core.synthetic_training import dense_text_page
     from docrefrag.core.train_data import cut_text
     from docrefrag.indexes.ingest import encode_document
 
@@ -138,7 +139,7 @@ def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_
     sequences for their answerable questions."""
     from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
     from docrefrag.core.page_encoder import default_encoder
-    from docrefrag.core.synthetic import training_document
+    from docrefrag.core.synthetic_training import training_document
     from docrefrag.indexes.hybrid import HybridSearcher
     from docrefrag.indexes.ingest import Ingestor
     from docrefrag.indexes.store import Store

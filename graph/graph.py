@@ -22,10 +22,11 @@ from dataclasses import asdict, replace
 from typing import Literal
 
 from docrefrag.agents import prompts
-from docrefrag.agents.answer import NOT_ANSWERABLE, PageText, answer_question, cite, page_texts, read_with_reader
-from docrefrag.agents.llm import invoke_llm
+from docrefrag.agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
+from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.planner import decompose_question, disagrees, plan_question, write_hyde
 from docrefrag.agents.plugins import load_object
+from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.rerank import reorder
 from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.schemas import Claim, Plan

@@ -10,7 +10,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docrefrag.agents.answer import NOT_ANSWERABLE, is_unanswerable
+from docrefrag.agents.answer import is_unanswerable
+from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.graph import build_graph
 from docrefrag.indexes.hybrid import HybridSearcher

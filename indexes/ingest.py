@@ -41,7 +41,6 @@ from tqdm import tqdm
 logger = logging.getLogger(__name__)
 
 Status = Literal["added", "replaced", "resumed", "unchanged", "failed"]
-RETRIEVAL_K = 3  # cells per retrieval chunk (108 vectors per page), see docrefrag.core.chunking
 
 
 @dataclass
@@ -155,23 +154,26 @@ _encoder_error: str | None = None
 
 
 @contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """Ctrl-C ignored while a submit may start worker processes: they inherit it, so a Ctrl-C (sent to
-    the whole process group) stops only this process, which reports it in one line, instead of every
-    worker printing its own traceback from the middle of its imports."""
+def _sigint_held() -> Iterator[None]:
+    """Ctrl-C held back (blocked, not ignored) while a submit may start worker processes: they inherit
+    the blocked signal and ignore it from their initializer on, so a Ctrl-C (sent to the whole process
+    group) stops only this process, which reports it in one line, instead of every worker printing a
+    traceback from the middle of its imports; one that arrives meanwhile is delivered here on leaving."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _worker_init(encoder_factory: EncoderFactory) -> None:
     """Build the encoder; exit when the ingesting process dies (kill -9 leaves no orphaned workers)."""
     global _encoder, _encoder_error
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the ingesting process handles Ctrl-C (see _sigint_held)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     import torch
 
     torch.set_num_threads(1)
@@ -370,13 +372,13 @@ class Ingestor:
         """Submit one page; None when the pool has broken under pages already in flight (their results
         say so); a pool found broken with nothing in flight is replaced."""
         try:
-            with _sigint_ignored():
+            with _sigint_held():
                 return self.pool.submit(_process_in_worker, source, index)
         except BrokenProcessPool:
             if busy:
                 return None
             self._drop_pool()
-            with _sigint_ignored():
+            with _sigint_held():
                 return self.pool.submit(_process_in_worker, source, index)
 
     def _drop_pool(self) -> None:
@@ -391,7 +393,7 @@ class Ingestor:
         self.store.check_encoder(result.encoder_id, result.text_dim)
         if result.tokens is not None:
             tokens = result.tokens
-            pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, result.text_dim, RETRIEVAL_K)
+            pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, result.text_dim)
             self.store.visual.upsert_page(doc_id, result.parsed.page, pooled, vectors)
         self.store.add_page(doc_id, result.parsed, result.tokens)
         timings["index"] += time.perf_counter() - start

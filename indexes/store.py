@@ -1,16 +1,13 @@
 """The store directory: a SQLite catalog, page renders, the BM25 index and the visual index.
 
     STORE/catalog.sqlite   documents, pages (words, blocks, markdown), page tokens, BM25 chunks,
-                           each document's branch health (indexes/health.py)
+                           each document's branch health (indexes/catalog.py lists the tables)
     STORE/renders/DOC/N.jpg   144 dpi page renders
     STORE/bm25.npz         BM25 term counts of the ready documents (rebuilt when they change)
     STORE/visual/          embedded Qdrant (qdrant-edge) shard, unless a server URL is given
 
-Consistency: every page is committed in one SQLite transaction after its vectors are upserted
-(upserts are idempotent: point ids derive from (doc, page)), so a killed ingest resumes at the
-first missing page. A document becomes searchable only when `finish_document` marks it ready; the
-same transaction retires older versions of the same source and records them as tombstones, whose
-vectors and renders are removed afterwards (and again at the next open if a kill came between).
+``Store`` opens and checks the folder and serves its reads; the ingest's writes, and how a killed
+ingest stays consistent, are in indexes/store_writes.py (mixed into ``Store``).
 """
 
 from __future__ import annotations
@@ -18,101 +15,25 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import sqlite3
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from docrefrag.core.page import Block, Word
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.bm25 import BM25Index
+from docrefrag.indexes.catalog import _SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
 from docrefrag.indexes.health import BranchHealth
-from docrefrag.indexes.pages import ParsedPage
+from docrefrag.indexes.store_writes import IngestWrites
 from docrefrag.indexes.writer import ingest_in_progress
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    doc_id TEXT PRIMARY KEY, name TEXT NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL,
-    n_pages INTEGER NOT NULL, bytes INTEGER NOT NULL, status TEXT NOT NULL, added_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pages (
-    doc_id TEXT NOT NULL, page INTEGER NOT NULL, width REAL NOT NULL, height REAL NOT NULL,
-    ocr INTEGER NOT NULL, n_words INTEGER NOT NULL, error TEXT, markdown TEXT NOT NULL,
-    words TEXT NOT NULL, blocks TEXT NOT NULL, PRIMARY KEY (doc_id, page)
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    doc_id TEXT NOT NULL, page INTEGER NOT NULL, tokens BLOB NOT NULL, word_counts BLOB NOT NULL,
-    PRIMARY KEY (doc_id, page)
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    doc_id TEXT NOT NULL, page INTEGER NOT NULL, chunk INTEGER NOT NULL, text TEXT NOT NULL,
-    x0 REAL NOT NULL, y0 REAL NOT NULL, x1 REAL NOT NULL, y1 REAL NOT NULL, PRIMARY KEY (doc_id, page, chunk)
-);
-CREATE TABLE IF NOT EXISTS tombstones (doc_id TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS branch_health (
-    doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL, sparse REAL, dense REAL, queries INTEGER NOT NULL
-);
-"""
 
-
-@dataclass(frozen=True)
-class DocInfo:
-    doc_id: str
-    name: str
-    source: str
-    kind: str
-    n_pages: int
-    status: str  # "ready" or "ingesting" (being written now when `writer_pid` is set; else interrupted: a rerun
-    # of ingest resumes it)
-    pages_done: int
-    ocr_pages: int
-    failed_pages: int
-    bytes: int
-    added_at: float
-    health_measured: bool = False  # the branches' health on the document is recorded (indexes/health.py)
-    health_sparse: float | None = None  # None: not measured, or not judged (short, little text)
-    health_dense: float | None = None
-    writer_pid: int | None = None  # the process ingesting this document now (indexes/writer.py)
-
-
-def unfinished_summary(docs: list[DocInfo]) -> str:
-    """'name: 40/120 pages (being ingested by PID N), ...' of documents not finished yet."""
-    return ", ".join(f"{d.name}: {d.pages_done}/{d.n_pages} pages" + (f" (being ingested by PID {d.writer_pid})"
-                                                                       if d.writer_pid else "") for d in docs)
-
-
-@dataclass(frozen=True)
-class PageRecord:
-    doc_id: str
-    page: int
-    width: float
-    height: float
-    ocr: bool
-    error: str | None
-    markdown: str
-    words: list[Word]
-    blocks: list[Block]
-
-
-@dataclass(frozen=True)
-class ChunkRecord:
-    doc_id: str
-    page: int
-    chunk: int
-    text: str
-    bbox: tuple[float, float, float, float]
-
-
-class Store:
+class Store(IngestWrites):
     def __init__(self, root: Path | str, qdrant_url: str | None = None, qdrant_api_key: str | None = None,
                  create: bool = False) -> None:
         self.root = Path(root).expanduser()
@@ -198,7 +119,8 @@ class Store:
     @property
     def visual(self):
         if self._visual is None:
-            from docrefrag.indexes.visual import VisualIndex, VisualIndexLockedError
+            from docrefrag.indexes.visual import VisualIndex
+            from docrefrag.indexes.visual_backends import VisualIndexLockedError
 
             dim = int(self._meta("text_dim") or 384)
             try:
@@ -377,95 +299,6 @@ class Store:
                WHERE d.status = 'ready' ORDER BY c.doc_id, c.page, c.chunk"""
         )
         return BM25Index.build(rows)
-
-    # ------------------------------------------------------------------ writes (ingest)
-
-    def find(self, doc_id: str) -> DocInfo | None:
-        return next((d for d in self.documents() if d.doc_id == doc_id), None)
-
-    def begin_document(self, doc_id: str, name: str, source: str, kind: str, n_pages: int, size: int) -> None:
-        with self.db:
-            self.db.execute("INSERT OR IGNORE INTO documents VALUES (?, ?, ?, ?, ?, ?, 'ingesting', ?)",
-                            (doc_id, name, source, kind, n_pages, size, time.time()))
-
-    def forget_unstarted(self, doc_id: str) -> None:
-        """Drop the record of a document that an ingest began but stored no page of (it failed or was
-        stopped first): nothing to resume, so nothing may be listed as partly ingested."""
-        with self.db:
-            if self.db.execute("SELECT 1 FROM pages WHERE doc_id = ? LIMIT 1", (doc_id,)).fetchone() is None:
-                self.db.execute("DELETE FROM documents WHERE doc_id = ? AND status = 'ingesting'", (doc_id,))
-
-    def relocate(self, doc_id: str, name: str, source: str) -> None:
-        """The document's file was moved (or its folder renamed): record where it is now."""
-        with self.db:
-            self.db.execute("UPDATE documents SET name = ?, source = ? WHERE doc_id = ?", (name, source, doc_id))
-
-    def pages_done(self, doc_id: str) -> set[int]:
-        """Pages stored without error (a failed page is retried by the next ingest)."""
-        return {r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? AND error IS NULL", (doc_id,))}
-
-    def page_errors(self, doc_id: str) -> list[str]:
-        return [r[0] for r in self.db.execute(
-            "SELECT error FROM pages WHERE doc_id = ? AND error IS NOT NULL ORDER BY page", (doc_id,))]
-
-    def add_page(self, doc_id: str, parsed: ParsedPage, tokens: PageTokens | None) -> None:
-        """Write one page (render file first, then one transaction for its rows)."""
-        if parsed.render_jpeg:
-            path = self.render_path(doc_id, parsed.page)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_bytes(parsed.render_jpeg)
-            os.replace(tmp, path)
-        words = json.dumps([[w.text, round(w.x0, 2), round(w.y0, 2), round(w.x1, 2), round(w.y1, 2), w.block]
-                            for w in parsed.words])
-        blocks = json.dumps([[b.kind, round(b.x0, 2), round(b.y0, 2), round(b.x1, 2), round(b.y1, 2)]
-                             for b in parsed.blocks])
-        with self.db:
-            self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # measured on the old page
-            self.db.execute("DELETE FROM chunks WHERE doc_id = ? AND page = ?", (doc_id, parsed.page))
-            self.db.executemany(
-                "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(doc_id, parsed.page, i, c.text, *c.bbox) for i, c in enumerate(parsed.chunks)],
-            )
-            if tokens is not None:
-                self.db.execute("INSERT OR REPLACE INTO tokens VALUES (?, ?, ?, ?)",
-                                (doc_id, parsed.page, tokens.tokens.astype(np.float16).tobytes(),
-                                 tokens.word_counts.astype(np.int32).tobytes()))
-            self.db.execute(
-                "INSERT OR REPLACE INTO pages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (doc_id, parsed.page, parsed.width, parsed.height, int(parsed.ocr), len(parsed.words),
-                 parsed.error, parsed.markdown, words, blocks),
-            )
-
-    def finish_document(self, doc_id: str) -> list[str]:
-        """Make `doc_id` searchable; retire older versions of its source. Returns the retired ids."""
-        source = self.db.execute("SELECT source FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()[0]
-        with self.db:
-            old = [r[0] for r in self.db.execute(
-                "SELECT doc_id FROM documents WHERE source = ? AND doc_id != ?", (source, doc_id))]
-            for old_id in old:
-                self._delete_rows(old_id)
-                self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (old_id,))
-            self.db.execute("UPDATE documents SET status = 'ready' WHERE doc_id = ?", (doc_id,))
-            self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # e.g. measured while it resumed
-            self._bump_generation()
-        self.collect_garbage()
-        return old
-
-    def collect_garbage(self) -> None:
-        """Remove vectors and renders of retired documents (idempotent; safe to rerun after a kill)."""
-        for (doc_id,) in self.db.execute("SELECT doc_id FROM tombstones").fetchall():
-            self.visual.delete_doc(doc_id)
-            shutil.rmtree(self.root / "renders" / doc_id, ignore_errors=True)
-            with self.db:
-                self.db.execute("DELETE FROM tombstones WHERE doc_id = ?", (doc_id,))
-
-    def _delete_rows(self, doc_id: str) -> None:
-        for table in ("chunks", "tokens", "pages", "branch_health", "documents"):
-            self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
-
-    def _bump_generation(self) -> None:
-        self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
 
 
 def _nan(x: float | None) -> float:

@@ -1,5 +1,9 @@
 """Shared fixtures: the real default text embedder and page encoder (loaded once per session),
-ingest into a store in tmp_path, cheap generated PDFs, and a store-consistency check.
+ingest into a store in tmp_path, cheap generated PDFs, and a store-consistency check; for the ask
+graph's tests, a generated 6-page report (the answer in a ruled table on page 4, a near-duplicate
+2018 table on page 2, ingested once per session) and scripted chat models (`GenericFakeChatModel`,
+replies in the order the graph calls it, every prompt recorded and classified); `tiny_llama`, the
+tiny random Llama decoder of the reader and training tests.
 
 Torch runs single-threaded here, as in the ingest workers: on a 2-core machine with another job on
 one core, a MiniLM forward over a 30-word block took 0.83 s with torch's default 2 threads and
@@ -16,8 +20,12 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+from docrefrag.agents import prompts
 from docrefrag.indexes.ingest import Ingestor, IngestResult
 from docrefrag.indexes.store import Store
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = ("documents", "pages", "chunks", "tokens")
@@ -165,3 +173,146 @@ def _check_consistent(store: Store) -> None:
 @pytest.fixture(scope="session")
 def check_consistent() -> Callable[[Store], None]:
     return _check_consistent
+
+
+# ---------------------------------------------------------------- the ask graph's report and scripted models
+
+QUESTION = "How many passengers did Northfield report in 2019?"
+HYDE = "Northfield reported its passenger total for 2019 in the operator table of the annual review."
+ANSWER_PAGE = 4
+DISTRACTOR_PAGE = 2
+PAGE_SIZE = (595, 842)
+FILLER = {
+    1: "The transit authority summarises its network, fleet renewal and station works for the period under review.",
+    2: "Ridership recovered steadily as new timetables were introduced across the regional lines.",
+    3: "Maintenance crews replaced signalling equipment and resurfaced platforms at several stations.",
+    4: "Operators submitted audited passenger counts for the reporting year, collected at ticket gates.",
+    5: "Fare policy remained unchanged while contactless payment was extended to all bus routes.",
+    6: "The outlook section describes planned extensions, funding sources and procurement timelines.",
+}
+REPORT_TABLES = {
+    DISTRACTOR_PAGE: ("2018", [["Northfield", "2018", "3,907"], ["Eastbrook", "2018", "2,114"]]),
+    ANSWER_PAGE: ("2019", [["Eastbrook", "2019", "2,305"], ["Northfield", "2019", "4,812"], ["Westmere", "2019", "1,566"]]),
+}
+NEW_QUERY = "Northfield passenger count table for the year 2019"
+
+
+def _ruled_table(page: pymupdf.Page, rows: list[list[str]], top: float, caption: str) -> None:
+    """Cells in three 160-pt columns, 22-pt rows, every row and column ruled (pymupdf4llm finds it)."""
+    for i, row in enumerate(rows):
+        y = top + i * 22
+        for j, cell in enumerate(row):
+            page.insert_text((60 + j * 160, y + 15), cell, fontsize=11)
+        page.draw_line((55, y), (535, y))
+    bottom = top + len(rows) * 22
+    page.draw_line((55, bottom), (535, bottom))
+    for j in range(4):
+        page.draw_line((55 + j * 160, top), (55 + j * 160, bottom))
+    page.insert_text((50, bottom + 20), caption, fontsize=10)
+
+
+def make_report(path: Path) -> Path:
+    """Six A4 pages of filler without digits; passenger tables for 2018 (page 2) and 2019 (page 4)."""
+    doc = pymupdf.open()
+    for n, filler in FILLER.items():
+        page = doc.new_page(width=PAGE_SIZE[0], height=PAGE_SIZE[1])
+        page.insert_text((50, 60), f"Regional transit review, part {'ABCDEF'[n - 1]}", fontsize=16)
+        page.insert_textbox(pymupdf.Rect(50, 90, 545, 300), f"{filler} " * 3, fontsize=11)
+        if n in REPORT_TABLES:
+            year, rows = REPORT_TABLES[n]
+            _ruled_table(page, [["Operator", "Year", "Passengers"], *rows], 320, f"Passengers reported by operator, {year}.")
+    doc.save(path)
+    doc.close()
+    return path
+
+
+# the fixed part of each prompt template, to tell which agent called the model
+PROMPT_MARKERS = {
+    "decompose": prompts.DECOMPOSE.split("{")[0],
+    "hyde": prompts.HYDE.split("{")[0],
+    "answer": prompts.ANSWER_USER.rsplit("}", 1)[1],
+    "validate": prompts.VALIDATE.rsplit("}", 1)[1],
+    "refine": prompts.REFINE.split("{")[0],
+}
+
+
+def prompt_kind(prompt: str) -> str:
+    kinds = [k for k, marker in PROMPT_MARKERS.items() if marker in prompt]
+    assert len(kinds) == 1, f"cannot tell which agent sent {prompt[:200]!r}"
+    return kinds[0]
+
+
+class _Prompts(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.seen: list[str] = []  # the last message of each call
+        self.calls: list[list] = []  # every message of each call
+
+    def on_chat_model_start(self, serialized, messages, **kwargs) -> None:
+        self.seen.append(str(messages[0][-1].content))
+        self.calls.append(messages[0])
+
+
+def scripted(*replies: str | Exception) -> tuple[GenericFakeChatModel, list[str]]:
+    """(model, prompts): the model answers `replies` in order (an exception is raised instead of
+    replying); `prompts` collects the last message of every call."""
+
+    def in_order():
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+            yield AIMessage(reply)
+
+    recorder = _Prompts()
+    return GenericFakeChatModel(messages=in_order(), callbacks=[recorder]), recorder.seen
+
+
+def nodes_of(trace: list[dict]) -> list[str]:
+    return [entry["node"] for entry in trace]
+
+
+def entries(trace: list[dict], node: str) -> list[dict]:
+    return [entry for entry in trace if entry["node"] == node]
+
+
+def retrieved_pages(entry: dict) -> list[int]:
+    return [h["page"] for h in entry["hits"]]
+
+
+@pytest.fixture(scope="session")
+def report(tmp_path_factory, ingest) -> tuple[Path, str]:
+    """(store dir, doc id) of the ingested report."""
+    folder = tmp_path_factory.mktemp("graph")
+    pdf = make_report(folder / "transit-review.pdf")
+    with Store(folder / "store", create=True) as store:
+        (result,) = ingest(store, pdf)
+        assert result.status == "added" and result.pages == len(FILLER), result
+    return folder / "store", result.doc_id
+
+
+@pytest.fixture(scope="module")
+def dr(report):
+    import torch
+
+    from docrefrag.api import DocRefrag
+
+    torch.set_num_threads(1)  # as the embedder fixture: the machine's second core is busy
+    with DocRefrag(store=report[0]) as api:
+        yield api
+
+
+# ---------------------------------------------------------------- a tiny random Llama decoder
+
+
+def tiny_llama(tokenizer, hidden_size: int = 32, intermediate_size: int = 64, num_hidden_layers: int = 2,
+               num_attention_heads: int = 4, num_key_value_heads: int = 2, seed: int | None = None, **config):
+    """A randomly initialised `LlamaForCausalLM` over `tokenizer`'s vocabulary, torch seeded with `seed`
+    first where one is given; `config`: further `LlamaConfig` fields (max_position_embeddings, say)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size,
+                                        intermediate_size=intermediate_size, num_hidden_layers=num_hidden_layers,
+                                        num_attention_heads=num_attention_heads,
+                                        num_key_value_heads=num_key_value_heads, **config))

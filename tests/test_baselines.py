@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
+from conftest import tiny_llama
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.reader import DocRefragReader
 from docrefrag.evals.baselines import PIPELINES, evaluate_baselines, run_pipeline, summary_table
@@ -20,12 +20,10 @@ from docrefrag.indexes.hybrid import HybridSearcher
 @pytest.fixture(scope="module")
 def tiny_reader():
     from docrefrag.core.weights import model_dir
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
-    torch.manual_seed(0)
-    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)).eval()
+    decoder = tiny_llama(tokenizer, seed=0).eval()
     config = ReaderConfig(hidden=32, projector_hidden=32, selector_dim=32, selector_ff=32, max_new_tokens=3)
     return DocRefragReader(decoder, tokenizer, config, lambda t: np.ones((len(t), 384), dtype=np.float32)).eval()
 

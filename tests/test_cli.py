@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from docrefrag import cli
+from docrefrag import cli_ask, cli_common, cli_parser, cli_store
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -25,21 +25,21 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def test_version(capsys):
     with pytest.raises(SystemExit) as done:
-        cli.build_parser().parse_args(["--version"])
+        cli_parser.build_parser().parse_args(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.startswith("docrefrag ")
 
 
 @pytest.mark.parametrize("argv", [["-v", "docs"], ["docs", "-v"], ["docs", "--verbose"], ["models", "list", "-v"]])
 def test_verbose_goes_before_or_after_the_subcommand(argv):
-    assert cli.build_parser().parse_args(argv).verbose is True
+    assert cli_parser.build_parser().parse_args(argv).verbose is True
 
 
 def test_without_verbose_it_is_off():
-    assert cli.build_parser().parse_args(["docs"]).verbose is False
+    assert cli_parser.build_parser().parse_args(["docs"]).verbose is False
 
 
 def test_every_argument_has_help():
-    for prog, parser in _subparsers(cli.build_parser()).items():
+    for prog, parser in _subparsers(cli_parser.build_parser()).items():
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 continue
@@ -50,9 +50,9 @@ def test_every_argument_has_help():
 @pytest.mark.parametrize("command", ["ask", "eval"])
 def test_the_planner_modes_have_one_syntax(command):
     head = ["ask", "q"] if command == "ask" else ["eval", "mmlongbench", "--data", "x"]
-    args = cli.build_parser().parse_args([*head, "--hyde", "always", "--decompose", "never"])
+    args = cli_parser.build_parser().parse_args([*head, "--hyde", "always", "--decompose", "never"])
     assert (args.hyde_mode, args.decompose_mode) == ("always", "never")
-    assert cli._ask_config(args).hyde == "always"  # an end-to-end eval runs the graph with it
+    assert cli_common._ask_config(args).hyde == "always"  # an end-to-end eval runs the graph with it
 
 
 def test_the_demo_hint_names_a_command_that_runs(monkeypatch, tmp_path):
@@ -64,17 +64,17 @@ def test_the_demo_hint_names_a_command_that_runs(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", [str(script), "demo"])
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # the venv is not activated
-    assert cli._command() == str(Path(".venv/bin/docrefrag"))
+    assert cli_store._command() == str(Path(".venv/bin/docrefrag"))
     monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")  # activated
-    assert cli._command() == "docrefrag"
+    assert cli_store._command() == "docrefrag"
     monkeypatch.setattr(sys, "argv", ["-m"])  # python -m docrefrag
-    assert cli._command() == f"{sys.executable} -m docrefrag"
+    assert cli_store._command() == f"{sys.executable} -m docrefrag"
 
 
 def test_the_progress_line_shows_the_round_and_the_tokens_and_is_cleared(capsys):
     from docrefrag.core.decoding import _PROGRESS
 
-    line = cli._ProgressLine()
+    line = cli_ask._ProgressLine()
     with line:
         assert _PROGRESS.get() == line.model  # the token loops report to it
         line.round = 2

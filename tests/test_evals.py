@@ -109,7 +109,7 @@ def test_a_log_resumes_only_under_its_own_settings(tmp_path, caplog):
 
 
 def test_run_settings_tell_models_apart():
-    from docrefrag.agents.llm import make_llm
+    from docrefrag.agents.llm_factory import make_llm
     from docrefrag.evals.run import model_identity
     from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 

@@ -128,9 +128,9 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
         docs = {d.doc_id: d for d in reopened.documents()}
     assert docs[long.doc_id].health_measured and docs[long.doc_id].health_dense == record[long.doc_id].dense
     assert docs[short.doc_id].health_measured and docs[short.doc_id].health_sparse is None  # not judged
-    from docrefrag import cli
+    from docrefrag import cli, cli_common
 
-    assert cli.main(["docs", "--store", str(root)]) == cli.EXIT_OK
+    assert cli.main(["docs", "--store", str(root)]) == cli_common.EXIT_OK
     listed = {line.split()[-1]: line for line in capsys.readouterr().out.splitlines()[1:]}
     h = record[long.doc_id]
     assert f" {h.sparse:.2f}/{h.dense:.2f} " in listed["survey.pdf"] and " n/a " in listed["short.pdf"]

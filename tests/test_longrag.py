@@ -10,7 +10,7 @@ import json
 
 import pytest
 from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence, build_sequences
-from docrefrag.core.synthetic import training_document
+from docrefrag.core.synthetic_training import training_document
 from docrefrag.evals.datasets import load_questions, mmlongbench_format
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store

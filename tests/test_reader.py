@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_llama
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.reader import ANSWER_SUFFIX, DocRefragReader
 from docrefrag.core.selector import (
@@ -34,12 +35,7 @@ def tokenizer():
 
 
 def tiny_reader(tokenizer, k: int = 3, p: float = 0.2, seed: int = 0) -> DocRefragReader:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                           max_position_embeddings=2048)).eval()
+    decoder = tiny_llama(tokenizer, seed=seed, max_position_embeddings=2048).eval()
     config = ReaderConfig(k=k, p=p, token_dim=D, question_dim=Q, hidden=32, projector_hidden=48,
                           selector_dim=32, selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8)
     rng = np.random.default_rng(seed)
@@ -140,10 +136,7 @@ def test_a_batch_decodes_each_row_as_it_decodes_alone_and_stops_each_row_on_its_
 def test_the_reader_leaves_the_decoder_it_is_given_without_lora(tokenizer):
     """LoRA goes into the reader's own modules over the same tensors: the caller's decoder (a chat
     model's, say) is untouched."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                           num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)).eval()
+    decoder = tiny_llama(tokenizer, num_hidden_layers=1).eval()
     config = ReaderConfig(token_dim=D, question_dim=Q, hidden=32, projector_hidden=48, selector_dim=32,
                           selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8)
     reader = DocRefragReader(decoder, tokenizer, config, lambda texts: np.zeros((len(texts), Q)))
@@ -211,10 +204,8 @@ def test_grpo_sampling_stays_on_the_policy_device():
 
 
 def test_a_reader_config_that_does_not_fit_the_decoder_is_refused(tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    decoder = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-                                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
+    decoder = tiny_llama(tokenizer, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1)
     with pytest.raises(ValueError, match="hidden size is 16"):
         DocRefragReader(decoder, tokenizer, ReaderConfig(), lambda t: np.zeros((len(t), 384)))
     with pytest.raises(ValueError, match="k=5"):
@@ -245,11 +236,7 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
         (path / "reader.safetensors").write_bytes(b"garbage")
         read_checkpoint_config(path)
     save_checkpoint(trained, path, "enc-a", stages)  # overwriting replaces the whole directory
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    other = DocRefragReader(LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                                         num_hidden_layers=3, num_attention_heads=4,
-                                                         num_key_value_heads=2)), tokenizer, trained.config,
+    other = DocRefragReader(tiny_llama(tokenizer, num_hidden_layers=3), tokenizer, trained.config,
                             lambda t: np.zeros((len(t), Q)))
     with pytest.raises(CheckpointError, match="decoder"):
         load_checkpoint(other, path, "enc-a")

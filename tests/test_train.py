@@ -9,23 +9,22 @@ import re
 
 import pytest
 import torch
+from conftest import tiny_llama
 from docrefrag.core.checkpoint import read_checkpoint_config
 from docrefrag.core.config import ExampleConfig, TrainConfig
 from docrefrag.core.train import STAGES, Trainer, checkpoint_path, is_trained_in
-from docrefrag.evals.scoring import mmlongbench_score
+from docrefrag.evals.score_mmlongbench import mmlongbench_score
 from docrefrag.indexes.corpus import CorpusIndex
 
 
 @pytest.fixture(scope="module")
 def tiny_decoder(tmp_path_factory):
     from docrefrag.core.weights import model_dir
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     path = tmp_path_factory.mktemp("tiny-decoder")
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
-    torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=4, num_key_value_heads=2)).save_pretrained(path)
+    tiny_llama(tokenizer, seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 

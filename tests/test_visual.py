@@ -9,13 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from docrefrag.indexes import visual
-from docrefrag.indexes.visual import (
-    QdrantUnavailableError,
-    VisualHit,
-    VisualIndex,
-    VisualIndexLockedError,
-)
+from docrefrag.indexes import visual, visual_backends
+from docrefrag.indexes.visual import VisualIndex
+from docrefrag.indexes.visual_backends import QdrantUnavailableError, VisualHit, VisualIndexLockedError
 
 DIM = 32
 
@@ -62,7 +58,7 @@ def open_index(request, tmp_path: Path, monkeypatch):
         from qdrant_client import QdrantClient
 
         monkeypatch.setattr(
-            visual._ServerBackend,
+            visual_backends._ServerBackend,
             "_make_client",
             staticmethod(lambda url, api_key: QdrantClient(path=str(tmp_path / "server"))),
         )

