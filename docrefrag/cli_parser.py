@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from docrefrag.graph.modes import PLAN_MODES
 from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS
 
 
@@ -21,7 +22,6 @@ def _store_args(p: argparse.ArgumentParser) -> None:
                         "API key from $QDRANT_API_KEY")
 
 
-PLAN_MODES = ("disagreement", "always", "never")  # graph.context.PLAN_MODES, without importing the graph per call
 TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init", "decoder",
                     "device")
 

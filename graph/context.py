@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from docrefrag.agents.planner import DISAGREEMENT
+from docrefrag.graph.modes import PLAN_MODES, PlanMode
 from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
@@ -23,8 +24,6 @@ def _fits(value: Any, expected: type) -> bool:
     return isinstance(value, expected) or (expected is float and isinstance(value, int))
 
 
-PlanMode = Literal["disagreement", "always", "never"]  # when the LLM writes a part of the plan
-PLAN_MODES: tuple[PlanMode, ...] = ("disagreement", "always", "never")
 
 
 @dataclass(frozen=True)

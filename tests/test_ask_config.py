@@ -83,11 +83,3 @@ def test_eval_refuses_end_to_end_options_it_would_ignore(tmp_path, capsys, mode)
     err = capsys.readouterr().err
     assert rc != 0 and f"--extractor applies only to end-to-end runs; drop {mode} or --extractor" in err
     assert not (tmp_path / "s").exists()  # refused before anything was opened
-
-
-def test_the_cli_offers_the_graphs_plan_modes():
-    from docrefrag.graph.context import PLAN_MODES
-
-    from docrefrag import cli_parser
-
-    assert cli_parser.PLAN_MODES == PLAN_MODES
