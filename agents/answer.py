@@ -95,7 +95,7 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     regions = [reader.region_ids(region_words(r.words, r.width, r.height, grid, k)) for r in records]
     out = reader.answer(question, torch.from_numpy(tokens), regions=regions)
     cited = []
-    for i, (p, record) in enumerate(zip(pages, records)):
+    for i, (p, record) in enumerate(zip(pages, records, strict=True)):
         boxes = [chunk_box(j, k, grid, record.width, record.height) for page, j in out.expanded if page == i]
         chunks = []
         for c in p.chunks:

@@ -113,7 +113,7 @@ def build_sequence(searcher: PageSearch, q: EvidenceQuestion, config: NoiseConfi
         positions = list(range(len(evidence)))
     else:
         positions = sorted(rng.sample(range(n), len(evidence)))
-    slot, rest = dict(zip(positions, evidence)), iter(negatives)
+    slot, rest = dict(zip(positions, evidence, strict=True)), iter(negatives)
     pages = [slot[i] if i in slot else next(rest) for i in range(n)]
     return NoisySequence(q.question, q.answer, q.answer_format, pages, positions, config.placement)
 

@@ -120,7 +120,7 @@ class DocRefragReader(nn.Module):
     def region_ids(self, regions: list[list[str]]) -> list[list[int]]:
         """Per chunk of a page, the decoder's token ids of the words in its region (reading order)."""
         ids = self.tokenizer([" " + " ".join(words) for words in regions], add_special_tokens=False)["input_ids"]
-        return [row if words else [] for row, words in zip(ids, regions)]  # one batched call per page
+        return [row if words else [] for row, words in zip(ids, regions, strict=True)]  # one batched call per page
 
     def native_mask(self, expand: torch.Tensor, regions: list[list[list[int]]]) -> torch.Tensor:
         """The selection (n, L) less the chunks without words and those past the expanded-token cap

@@ -115,7 +115,7 @@ def _draw_table(ink: _Ink, rows: list[list[str]], x0: float, top: float, widths:
 def _draw_bars(ink: _Ink, labels: Sequence[str], values: Sequence[int], vmax: float, x0: float, y0: float,
                height: float, step: float = 110, bar_w: float = 60, fontsize: float = 10) -> None:
     """Vertical bars on the baseline y0 + height, each with its value above and its label below."""
-    for i, (label, value) in enumerate(zip(labels, values)):
+    for i, (label, value) in enumerate(zip(labels, values, strict=True)):
         bar_h = height * value / vmax
         rect = pymupdf.Rect(x0 + i * step, y0 + height - bar_h, x0 + i * step + bar_w, y0 + height)
         ink.box(rect, color=(0.1, 0.3, 0.6), fill=(0.2, 0.4, 0.8))
@@ -130,9 +130,9 @@ def _draw_line_chart(ink: _Ink, labels: Sequence[str], values: Sequence[str], vm
     ink.line((x0, y0 + height), (x0 + width, y0 + height))
     step = width / len(values)
     points = [(x0 + step * (i + 0.5), y0 + height - height * float(v) / vmax) for i, v in enumerate(values)]
-    for p, q in zip(points, points[1:]):
+    for p, q in zip(points, points[1:], strict=False):
         ink.line(p, q, color=(0.8, 0.2, 0.1), width=1.5)
-    for (x, y), label, value in zip(points, labels, values):
+    for (x, y), label, value in zip(points, labels, values, strict=True):
         ink.dot((x, y), 2.5, color=(0.8, 0.2, 0.1), fill=(0.8, 0.2, 0.1))
         ink.text((x - 10, y - 7), value, fontsize)
         ink.text((x - 12, y0 + height + 14), label, fontsize)

@@ -57,7 +57,7 @@ def sample_report(path: Path, pages: int = 12, seed: int = 0, title: str = "Annu
             regions = rng.sample(_REGIONS, 4)
             values = [round(rng.uniform(10, 99), 1) for _ in regions]
             rows = [["Region", f"{measure} ({unit})", "Change (%)"]] + [
-                [r, f"{v}", f"{rng.randint(-9, 15)}"] for r, v in zip(regions, values)
+                [r, f"{v}", f"{rng.randint(-9, 15)}"] for r, v in zip(regions, values, strict=True)
             ]
             top = 110
             bottom = _draw_table(ink, rows, 55, top, [160] * 3)

@@ -120,7 +120,7 @@ class _Writer:
         while len(sentences) > 1 and sum(len(s) + 1 for s in sentences) > budget:
             sentences.pop()
         at = sorted(self.rng.sample(range(len(planted) + 3), len(planted)))
-        for i, s in zip(at, planted):
+        for i, s in zip(at, planted, strict=False):
             sentences.insert(i, s)
         ink = _Ink(page)
         _fit(ink, rect, sentences, fontsize, keep=at[-1] + 1 if planted else 1)
@@ -145,7 +145,7 @@ class _Writer:
         formats = self.rng.sample(["Int", "Float", "Str", "List"], 2)
         claims = [self.claim(f, noun) for f in formats]
         region = self.paragraph(page, rect, chars, fontsize, nouns, [c[0] for c in claims])
-        return [region], [Fact(number, "text", q, a, f, region.bbox) for f, (_, q, a) in zip(formats, claims)]
+        return [region], [Fact(number, "text", q, a, f, region.bbox) for f, (_, q, a) in zip(formats, claims, strict=True)]
 
     def two_column(self, page, number, noun, nouns):
         fontsize = self.rng.uniform(10, 12)
@@ -154,10 +154,10 @@ class _Writer:
         sides = self.rng.sample([0, 1], 2)  # the column of each claim
         columns = []
         for side, x0, x1 in ((0, _LEFT, 290.0), (1, 305.0, _RIGHT)):
-            planted = [c[0] for c, s in zip(claims, sides) if s == side]
+            planted = [c[0] for c, s in zip(claims, sides, strict=True) if s == side]
             columns.append(self.paragraph(page, pymupdf.Rect(x0, _TOP, x1, _BOTTOM), self.rng.randint(700, 2400),
                                           fontsize, nouns, planted))
-        facts = [Fact(number, "text", q, a, f, columns[s].bbox) for f, (_, q, a), s in zip(formats, claims, sides)]
+        facts = [Fact(number, "text", q, a, f, columns[s].bbox) for f, (_, q, a), s in zip(formats, claims, sides, strict=True)]
         return columns, facts
 
     def table(self, page, number, noun, nouns):
@@ -173,7 +173,7 @@ class _Writer:
         changes = [self.rng.randint(-9, -1) if i in falling else self.rng.randint(0, 15) for i in range(n)]
         staff = [str(self.rng.randint(4, 90)) for _ in range(n)]
         rows = [["Site", f"{measure} ({unit})", "Change (%)", "Staff"]]
-        rows += [[s, v, str(c), w] for s, v, c, w in zip(sites, values, changes, staff)]
+        rows += [[s, v, str(c), w] for s, v, c, w in zip(sites, values, changes, staff, strict=True)]
         ink = _Ink(page)
         bottom = _draw_table(ink, rows, 55, intro.bbox[3] + 20, [110, 190, 90, 90], fontsize=10)
         table = ink.region("table")
@@ -215,7 +215,7 @@ class _Writer:
         facts = [
             Fact(number, "chart", f"What value does {figure} show for {sites[i]}?", str(values[i]), "Int", chart.bbox),
             Fact(number, "chart", f"Which sites in {figure} have a value above {threshold}?",
-                 repr([s for s, v in zip(sites, values) if v > threshold]), "List", chart.bbox),
+                 repr([s for s, v in zip(sites, values, strict=True) if v > threshold]), "List", chart.bbox),
         ]
         return [chart, text], facts
 

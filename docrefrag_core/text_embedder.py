@@ -99,7 +99,7 @@ class TextEmbedder:
             for r, (b, ids, word_ids) in enumerate(batch):
                 np.add.at(sums[b], np.asarray(word_ids), states[r, 1 : len(ids) + 1])
                 np.add.at(counts[b], np.asarray(word_ids), 1.0)
-        return [s / np.maximum(c, 1.0)[:, None] for s, c in zip(sums, counts)]
+        return [s / np.maximum(c, 1.0)[:, None] for s, c in zip(sums, counts, strict=True)]
 
     @torch.inference_mode()
     def embed_queries(self, texts: list[str]) -> np.ndarray:

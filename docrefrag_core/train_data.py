@@ -76,7 +76,7 @@ def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpu
             raise RuntimeError(f"ingesting training document {d.path} failed: {r.message}")
         doc_ids.append(r.doc_id)
     tokens, sizes = {}, {}
-    for doc_id, d in zip(doc_ids, synthetic):
+    for doc_id, d in zip(doc_ids, synthetic, strict=True):
         for n in range(1, len(d.pages) + 1):
             tokens[(doc_id, n)] = store.page_tokens(doc_id, n).tokens.astype(np.float16)
             page = store.page(doc_id, n)
@@ -89,9 +89,9 @@ class ExampleSampler:
 
     def __init__(self, corpus: Corpus, searcher, config: ExampleConfig, seed: int) -> None:
         self.corpus, self.searcher, self.config, self.seed = corpus, searcher, config, seed
-        self.questions = [(doc_id, q) for doc_id, d in zip(corpus.doc_ids, corpus.docs) for q in d.questions
+        self.questions = [(doc_id, q) for doc_id, d in zip(corpus.doc_ids, corpus.docs, strict=True) for q in d.questions
                           if q.page > 0]
-        self.truths = {(doc_id, p.page): p for doc_id, d in zip(corpus.doc_ids, corpus.docs) for p in d.pages}
+        self.truths = {(doc_id, p.page): p for doc_id, d in zip(corpus.doc_ids, corpus.docs, strict=True) for p in d.pages}
 
     def rng(self, step: int, salt: str = "") -> random.Random:
         return random.Random(f"{self.seed}|{step}|{salt}")

@@ -191,7 +191,7 @@ def longdocurl_aggregate(records: Sequence[Record]) -> LongDocURLSummary:
     _require_keys(records, ("score", "task_tag", "evidence_pages", "evidence_sources"))
     scores = [record["score"] for record in records]
     sources = [_list_field(record, "evidence_sources") for record in records]
-    cross = [score for score, names in zip(scores, sources) if len(names) > 1]
+    cross = [score for score, names in zip(scores, sources, strict=False) if len(names) > 1]
     return LongDocURLSummary(
         accuracy=sum(scores) / len(scores) if scores else 0.0,
         count=len(records),

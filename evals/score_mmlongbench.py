@@ -72,7 +72,7 @@ def _mmlongbench_list(gt: object, pred: object) -> float:
     pred_clean = sorted(_clean_mmlongbench(item) for item in pred_items)
     if _to_float(gt_clean[0]) is not None or _is_exact_match_type(gt_clean[0]):
         return float("-".join(gt_clean) == "-".join(pred_clean))
-    return min(anls(g, p) for g, p in zip(gt_clean, pred_clean))
+    return min(anls(g, p) for g, p in zip(gt_clean, pred_clean, strict=False))
 
 
 def mmlongbench_score(gt: object, pred: object, answer_format: str) -> float:
@@ -129,7 +129,7 @@ def _mmlongbench_page_groups(record: Record) -> list[str]:
     pages = len(_list_field(record, "evidence_pages"))
     answerable = record["answer"] != NOT_ANSWERABLE
     flags = (pages == 1, pages != 1 and answerable, not answerable)
-    return [name for name, member in zip(_MMLONGBENCH_PAGE_GROUPS, flags) if member]
+    return [name for name, member in zip(_MMLONGBENCH_PAGE_GROUPS, flags, strict=False) if member]
 
 
 def mmlongbench_aggregate(records: Sequence[Record]) -> MMLongBenchSummary:

@@ -167,7 +167,7 @@ class BM25Index:
         row_scores = self._score(row_counts, np.asarray(row_counts.sum(axis=1)).ravel(), scored.query, scored.idf,
                                  scored.avgdl)
         best: dict[int, tuple[float, int]] = {}
-        for r, score in zip(rows, row_scores):
+        for r, score in zip(rows, row_scores, strict=True):
             p = int(self.row_page[r])
             if p not in best or score > best[p][0]:
                 best[p] = (float(score), self.rows[r].chunk)
@@ -181,4 +181,4 @@ class BM25Index:
         order = np.argsort(-scored.scores, kind="stable")[:k]
         best = self.best_chunks(scored, scored.scope[order])
         return [BM25Hit(self.page_keys[p][0], self.page_keys[p][1], float(s), best.get(int(p), 0))
-                for p, s in zip(scored.scope[order], scored.scores[order])]
+                for p, s in zip(scored.scope[order], scored.scores[order], strict=True)]

@@ -118,7 +118,7 @@ class HybridSearcher:
         queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []  # else unjudged
         vectors = self.embedder.embed_queries([q for _, q in queries]) if queries else []
         runs = []
-        for (source, query), vec in zip(queries, vectors):
+        for (source, query), vec in zip(queries, vectors, strict=True):
             keys, sparse, dense, _ = self._branches(query, vec, [doc_id], len(pages))
             where = {page: i for i, (_, page) in enumerate(keys)}
             runs.append((source, *(np.array([x[where[p]] if p in where else np.nan for p in pages])
@@ -148,7 +148,7 @@ class HybridSearcher:
         best = (self.store.bm25().best_chunks(cands.bm25, np.array([position[key] for key in chosen if key in position]))
                 if cands.bm25 is not None else {})
         hits = []
-        for i, key in zip(order, chosen):
+        for i, key in zip(order, chosen, strict=True):
             chunk = self.store.chunk(*key, best[position[key]]) if position.get(key) in best else None
             hits.append(Hit(key[0], key[1], float(fused[i]), _opt(cands.sparse[i]), _opt(cands.dense[i]),
                             bbox=chunk.bbox if chunk else None, snippet=chunk.text if chunk else ""))

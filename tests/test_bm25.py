@@ -57,7 +57,7 @@ def scores_by_key(index: BM25Index, query: str, doc_ids) -> dict[tuple[str, int]
     scored = index.page_scores(query, doc_ids)
     positions, scores = scored.scope, scored.scores
     assert len(positions) == len(scores)
-    return {index.page_keys[p]: s for p, s in zip(positions, scores)}
+    return {index.page_keys[p]: s for p, s in zip(positions, scores, strict=True)}
 
 
 def assert_parity(index: BM25Index, rows, doc_ids: set[str], query: str, scope) -> None:
@@ -151,7 +151,7 @@ def test_search_returns_the_best_chunk_of_each_page(seed):
     for query in queries(rng)[:3] + queries(rng)[6:]:
         for scope, docs in ((["A"], {"A"}), (None, {"A", "B"})):
             bm, keys = reference(rows, docs)
-            expected = dict(zip(keys, bm.get_scores(tokenize(query))))
+            expected = dict(zip(keys, bm.get_scores(tokenize(query)), strict=True))
             hits = index.search(query, k=5, doc_ids=scope)
             assert len(hits) == min(5, len(keys))
             assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

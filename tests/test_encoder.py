@@ -169,7 +169,7 @@ def test_word_states_one_vector_per_word(embedder):
     assert [s.shape for s in states] == [(3, embedder.dim), (1, embedder.dim), (4, embedder.dim)]
     assert all(s.dtype == np.float32 and np.isfinite(s).all() and (np.abs(s).sum(axis=1) > 0).all() for s in states)
     # batching and padding do not change a block's states
-    for block, batched in zip(blocks, states):
+    for block, batched in zip(blocks, states, strict=True):
         assert_same_states(embedder.word_states([block])[0], batched)
 
 
@@ -193,7 +193,7 @@ def test_word_states_of_a_block_longer_than_the_window(embedder):
         ends.append(start + int(fits[-1]) + 1)
         start = ends[-1]
     assert len(ends) >= 3
-    for begin, end in zip([0, *ends[:-1]], ends):
+    for begin, end in zip([0, *ends[:-1]], ends, strict=True):
         (alone,) = embedder.word_states([words[begin:end]])
         assert_same_states(states[begin:end], alone)
 

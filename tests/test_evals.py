@@ -53,7 +53,7 @@ def test_longdocurl_in_mmlongbench_style_fields_gets_its_own_formats(tmp_path):
     questions = load_questions("longdocurl", tmp_path)
     assert [q.answer_format for q in questions] == ["Integer", "String", "Float"]
     assert [mmlongbench_format(q) for q in questions] == ["Int", "Str", "Float"]
-    assert [score(q, p) for q, p in zip(questions, ["$150000", "university project", "0.5"])] == [1.0, 1.0, 1.0]
+    assert [score(q, p) for q, p in zip(questions, ["$150000", "university project", "0.5"], strict=True)] == [1.0, 1.0, 1.0]
 
 
 def test_documents_as_pdfs_or_page_image_folders(tmp_path):
@@ -180,7 +180,7 @@ def test_accuracy_by_budget_plot(tmp_path):
     from matplotlib import image
 
     rows = [{"p": p, "selector": name, "accuracy": acc} for name, accs in
-            {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items() for p, acc in zip((0.1, 0.2, 0.3), accs)]
+            {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items() for p, acc in zip((0.1, 0.2, 0.3), accs, strict=True)]
     out = accuracy_by_budget(rows, tmp_path / "p.png", "test")
     pixels = image.imread(out)[..., :3]
     assert pixels.shape[0] > 100 and pixels.shape[1] > 100
@@ -275,7 +275,7 @@ def test_fusion_stress_bench_rebuilds_the_dense_score_from_its_terms(tmp_path):
     pooled = [0.9 if p == 7 else 0.0 for p in range(1, 11)]  # page 7 as a whole
     with open(dump, "w") as f:  # evidence page 7; "dense" as dumped (weight 1) puts it first
         f.write(json.dumps({"qid": "0", "doc": "a.pdf", "evidence": [7], "pages": list(range(1, 11)),
-                            "sparse": [0.0] * 10, "dense": [c + p for c, p in zip(chunks, pooled)],
+                            "sparse": [0.0] * 10, "dense": [c + p for c, p in zip(chunks, pooled, strict=True)],
                             "dense_chunks": chunks, "dense_pooled": pooled}) + "\n")
     def recall1(weight):  # the dense branch's recall@5 with n=1 candidate: is page 7 its top page?
         return stress(dump, seeds=1, params={}, n=1, pooled_weight=weight).splitlines()[2].strip("| ").split(" | ")[1 + METHODS.index("dense")]

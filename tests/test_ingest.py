@@ -124,7 +124,7 @@ def _render_pages(pdf: Path, folder: Path, numbers: list[int]) -> None:
     """Render page i of `pdf` to folder/page_{numbers[i]}.png at 144 dpi."""
     folder.mkdir(parents=True, exist_ok=True)
     with pymupdf.open(pdf) as doc:
-        for page, number in zip(doc, numbers):
+        for page, number in zip(doc, numbers, strict=False):
             page.get_pixmap(dpi=144).save(folder / f"page_{number}.png")
 
 

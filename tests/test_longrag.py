@@ -41,7 +41,7 @@ def test_negatives_follow_the_top_three_and_exclude_the_evidence(corpus):
     searcher, _, doc_id, questions = corpus
     seqs = build_sequences(searcher, questions)  # defaults: m in [20, 30], drop the top 3, evidence first
     counts = set()
-    for q, seq in zip(questions, seqs):
+    for q, seq in zip(questions, seqs, strict=True):
         (page,) = q.evidence_pages
         assert (seq.question, seq.answer, seq.answer_format) == (q.question, q.answer, q.answer_format)
         assert seq.placement == "head" and seq.evidence == [0] and seq.pages[0] == (doc_id, page)
@@ -58,7 +58,7 @@ def test_random_placement_moves_the_evidence_not_the_negatives(corpus):
     searcher, _, doc_id, questions = corpus
     head = build_sequences(searcher, questions)
     spread = build_sequences(searcher, questions, NoiseConfig(placement="random"))
-    for q, h, r in zip(questions, head, spread):
+    for q, h, r in zip(questions, head, spread, strict=False):
         assert r.placement == "random" and len(r.evidence) == 1
         assert r.pages[r.evidence[0]] == (doc_id, q.evidence_pages[0])
         assert sorted(r.pages) == sorted(h.pages)

@@ -227,7 +227,7 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
     assert not torch.allclose(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens))
     load_checkpoint(fresh, path, "enc-a")
     for part in ("norm", "projector", "aligner", "selector"):  # stored in float16, loaded into float32
-        for (name, a), b in zip(getattr(fresh, part).named_parameters(), getattr(trained, part).parameters()):
+        for (name, a), b in zip(getattr(fresh, part).named_parameters(), getattr(trained, part).parameters(), strict=True):
             assert torch.equal(a, b.half().float()), name
     torch.testing.assert_close(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens), atol=1e-2, rtol=1e-2)
     with pytest.raises(CheckpointError, match="encoder 'enc-a'"):
