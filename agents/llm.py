@@ -105,13 +105,14 @@ class LocalChatModel(BaseChatModel):
         stops = [s for s in stop or [] if s]
         lm = load_causal_lm(self.path, chat=True)
         prefill = bool(messages) and isinstance(messages[-1], AIMessage)  # a trailing AI message is continued
-        prompt = lm.tokenizer.apply_chat_template(_chat_turns(messages), tokenize=False, add_generation_prompt=not prefill,
-                                                  continue_final_message=prefill)
+        prompt = lm.tokenizer.apply_chat_template(_chat_turns(messages), tokenize=False,
+                                                  add_generation_prompt=not prefill, continue_final_message=prefill)
         ids = lm.tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]  # (1, T)
         n_in = ids.shape[1]
         if n_in + max_new_tokens > lm.max_positions:
             raise ValueError(f"the prompt has {n_in} tokens; with max_new_tokens={max_new_tokens} that exceeds the "
-                             f"{lm.max_positions} positions of {self.path.name}; shorten the prompt or lower max_new_tokens")
+                             f"{lm.max_positions} positions of {self.path.name}; "
+                             "shorten the prompt or lower max_new_tokens")
         tokens: list[int] = []
         logprobs: list[float] = []
         text, sent, finish, n_out = "", 0, "length", 0
@@ -152,7 +153,8 @@ class LocalChatModel(BaseChatModel):
         batches with left padding (positions counted from each prompt's first token)."""
         lm = load_causal_lm(self.path, chat=True)
         tok = lm.tokenizer
-        yes, no = ([*{tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")}] for word in ("Yes", "No"))
+        yes, no = ([*{tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")}]
+                   for word in ("Yes", "No"))
         texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
                  for p in prompts]
         out: list[float] = []

@@ -36,7 +36,8 @@ def disagrees(query_disagreement: float, threshold: float = DISAGREEMENT) -> boo
     return query_disagreement >= threshold
 
 _ANCHOR = re.compile(r"\b(?:table|figure|fig\.|chart|slide|page|section|appendix|exhibit)\s+[\w.\-]+", re.I)
-_TITLED = re.compile(r"\b(?:the\s+)?(?:chart|figure|table|graph|slide)\s+(?:titled|named|called)\s+[\"“']?([^\"”'?]+)", re.I)
+_TITLED = re.compile(r"\b(?:the\s+)?(?:chart|figure|table|graph|slide)\s+(?:titled|named|called)\s+"
+                     r"[\"“']?([^\"”'?]+)", re.I)
 _NUMBER = re.compile(r"\b\d[\d,.%]*\b")
 _QUOTED = re.compile(r"[\"“']([^\"”']{3,})[\"”']")
 _CAPITALISED = re.compile(r"\b[A-Z][\w&\-]*(?:\s+[A-Z][\w&\-]*)*")
@@ -78,13 +79,15 @@ def extract_intents(question: str) -> Plan:
     entities += [m.group(0) for m in _CAPITALISED.finditer(question)
                  if m.group(0).lower() not in _QUESTION_WORDS and m.start() > 0]
     entities += _NUMBER.findall(question)
-    types: list[EvidenceType] = [t for t, words in _EVIDENCE_WORDS.items() if any(re.search(rf"\b{w}", lowered) for w in words)]
+    types: list[EvidenceType] = [t for t, words in _EVIDENCE_WORDS.items()
+                                 if any(re.search(rf"\b{w}", lowered) for w in words)]
     keywords = [w for w in re.findall(r"\w+", lowered) if w not in STOPWORDS and w not in _QUESTION_WORDS]
     return Plan(sub_queries=[question], keywords=list(dict.fromkeys(keywords)), entities=list(dict.fromkeys(entities)),
                 visual_anchors=list(dict.fromkeys(anchors)), evidence_types=types or ["text"])
 
 
-def plan_question(question: str, llm: BaseChatModel | None, decompose: bool = True, hyde: bool = True) -> tuple[Plan, list[str]]:
+def plan_question(question: str, llm: BaseChatModel | None, decompose: bool = True,
+                  hyde: bool = True) -> tuple[Plan, list[str]]:
     """(plan, notes): rule-based intents, plus LLM sub-queries and HyDE passage when asked for."""
     plan = extract_intents(question)
     notes: list[str] = []

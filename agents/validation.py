@@ -2,8 +2,9 @@
 
 Two checks, averaged into the confidence: (1) lexical support, the share of the answer's words and
 numbers found in the cited chunk's page text (numbers must match exactly); (2) the chat model's
-judgement on the cited evidence: P(Yes) against No for a local model, its Yes/No reply otherwise. An unanswerable answer is never "supported": it asks for
-another round of search while rounds remain.
+judgement on the cited evidence: P(Yes) against No for a local model, its Yes/No reply otherwise.
+An unanswerable answer is never "supported": it asks for another round of search while rounds
+remain.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def lexical_support(answer: str, evidence: str) -> float:
     return found / (len(words) + len(numbers))
 
 
-def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText], llm: BaseChatModel | None) -> Verdict:
+def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText],
+             llm: BaseChatModel | None) -> Verdict:
     if is_unanswerable(answer) or not claims:
         return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
     cited = {(c.doc_id, c.page) for claim in claims for c in claim.citations}

@@ -21,12 +21,14 @@ RESUMABLE = ("ingest", "eval", "train")  # commands whose rerun continues where 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
-        print("interrupted" + ("; rerun the same command to resume" if args.command in RESUMABLE else ""), file=sys.stderr)
+        print("interrupted" + ("; rerun the same command to resume" if args.command in RESUMABLE else ""),
+              file=sys.stderr)
         return EXIT_ERROR
     except Exception as e:  # every error reaches the user as one line; -v adds the traceback
         if args.verbose:
@@ -50,5 +52,5 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask, "eval": cmd_eval,
-            "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo}
+COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask,
+            "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo}

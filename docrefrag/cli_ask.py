@@ -66,8 +66,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     for claim in result.claims:
         for c in claim["citations"]:
             box = "" if c["bbox"] is None else " region (" + ", ".join(f"{v:.0f}" for v in c["bbox"]) + ")"
-            print(f"  cited: {names.get(c['doc_id'], c['doc_id'])} page {c['page']}{box}: {' '.join(c['snippet'].split())[:100]}")
-    print(f"confidence {result.confidence:.2f}, {result.rounds} round(s), {result.seconds:.1f} s, run id {result.thread_id}")
+            print(f"  cited: {names.get(c['doc_id'], c['doc_id'])} page {c['page']}{box}: "
+                  f"{' '.join(c['snippet'].split())[:100]}")
+    print(f"confidence {result.confidence:.2f}, {result.rounds} round(s), {result.seconds:.1f} s, "
+          f"run id {result.thread_id}")
     if args.trace:
         print(json.dumps(result.trace, indent=2, default=str))
     return EXIT_OK

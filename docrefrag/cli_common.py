@@ -23,7 +23,8 @@ def _api(args: argparse.Namespace):
 
 def _check_llm_args(args: argparse.Namespace) -> None:
     if args.llm_timeout <= 0 or args.llm_retries < 0:
-        raise ValueError(f"--llm-timeout must be > 0 and --llm-retries >= 0, got {args.llm_timeout} and {args.llm_retries}")
+        raise ValueError(f"--llm-timeout must be > 0 and --llm-retries >= 0, "
+                         f"got {args.llm_timeout} and {args.llm_retries}")
 
 
 def _chat_model(dr, args: argparse.Namespace, spec: str | None):
@@ -43,8 +44,9 @@ def _ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskC
     from docrefrag.graph.context import AskConfig
 
     config = AskConfig.from_file(args.config, base) if args.config else base or AskConfig()
-    overrides = {"answerer": args.answerer, "rerank": _reranks(args), "reranker": args.reranker, "max_rounds": args.max_rounds,
-                 "hyde": getattr(args, "hyde_mode", None), "decompose": getattr(args, "decompose_mode", None)}
+    overrides = {"answerer": args.answerer, "rerank": _reranks(args), "reranker": args.reranker,
+                 "max_rounds": args.max_rounds, "hyde": getattr(args, "hyde_mode", None),
+                 "decompose": getattr(args, "decompose_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
         config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})

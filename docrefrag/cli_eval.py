@@ -18,25 +18,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.retrieval_only or args.baselines:
         ignored = [name for name, value in (("--extractor", args.extractor), ("--config", args.config)) if value]
         if args.baselines:  # the baselines' pipelines plan nothing
-            ignored += [name for name, value in (("--hyde", args.hyde_mode), ("--decompose", args.decompose_mode)) if value]
+            ignored += [name for name, value in (("--hyde", args.hyde_mode), ("--decompose", args.decompose_mode))
+                        if value]
         if ignored:
-            raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} only to end-to-end runs; drop "
-                             f"{'--retrieval-only' if args.retrieval_only else '--baselines'} or {' and '.join(ignored)}")
+            raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} "
+                             "only to end-to-end runs; drop "
+                             f"{'--retrieval-only' if args.retrieval_only else '--baselines'} "
+                             f"or {' and '.join(ignored)}")
     hyde, decompose = (mode not in (None, "never") for mode in (args.hyde_mode, args.decompose_mode))
     if args.baselines:
         from docrefrag.evals.run import run_baselines
 
         with _api(args) as dr:
             print(run_baselines(args.benchmark, args.data, dr.open_store(create=True), dr.embedder,
-                                dr.reader(args.checkpoint), args.out, limit=args.limit, show_progress=sys.stderr.isatty()))
+                                dr.reader(args.checkpoint), args.out, limit=args.limit,
+                                show_progress=sys.stderr.isatty()))
         return EXIT_OK
     if not args.retrieval_only:
         config = _ask_config(args)
         with _api(args) as dr:
             reader = dr.reader(args.checkpoint) if config.needs_reader else None
             extractor = _chat_model(dr, args, args.extractor) if args.extractor else None
-            summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder, _chat_model(dr, args, args.llm),
-                                  args.out, limit=args.limit, config=config, show_progress=sys.stderr.isatty(),
+            summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder,
+                                  _chat_model(dr, args, args.llm), args.out, limit=args.limit, config=config,
+                                  show_progress=sys.stderr.isatty(),
                                   reader=reader, extractor=extractor, extractor_name=args.extractor)
         print(json.dumps(summary, indent=2, default=str))
         return EXIT_OK
@@ -53,7 +58,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                reader=dr.reader(args.checkpoint) if reranker == "reader" else None)
     print(markdown_table(report))
     print(f"\n{report.questions} questions scored; skipped: {report.skipped}; "
-          f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; reports in {args.out}")
+          f"search latency p50 {report.latency_ms['p50']:.0f} ms, p95 {report.latency_ms['p95']:.0f} ms; "
+          f"reports in {args.out}")
     return EXIT_OK
 
 
@@ -114,9 +120,11 @@ def cmd_models(args: argparse.Namespace) -> int:
         return EXIT_OK
     steps = ", ".join(f"{s['stage']} {s['steps']} steps/{s['minutes']} min" for s in reader.get("stages", []))
     print(f"{'reader':10s} {'shipped' if reader['present'] else 'missing':11s} {'':>8s}  {'(in the package)':28s} "
-          f"{reader['path']}" + (f"\n           {steps}" if steps else "") + (f"\n           {reader['error']}" if reader.get("error") else ""))
+          f"{reader['path']}" + (f"\n           {steps}" if steps else "")
+          + (f"\n           {reader['error']}" if reader.get("error") else ""))
     for r in rows:
-        state = "not fetched" if not r["cached"] else {True: "verified", False: "CORRUPTED", None: "cached"}[r["verified"]]
+        state = ("not fetched" if not r["cached"]
+                 else {True: "verified", False: "CORRUPTED", None: "cached"}[r["verified"]])
         size = f"{r['size_bytes'] / 1e6:.0f} MB" if r.get("size_bytes") else "-"
         print(f"{r['name']:10s} {state:11s} {size:>8s}  {r['package']:28s} {r['path']}")
         if r.get("error"):

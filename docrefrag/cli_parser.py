@@ -22,8 +22,8 @@ def _store_args(p: argparse.ArgumentParser) -> None:
                         "API key from $QDRANT_API_KEY")
 
 
-TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init", "decoder",
-                    "device")
+TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init",
+                    "decoder", "device")
 
 
 def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
@@ -43,16 +43,21 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
 
 
 def _answer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=None, help="TOML or JSON file of ask settings (graph.context.AskConfig "
-                                                             "fields: max_rounds, tau, answerer, fusion, hyde, ...); "
-                                                             "the options below override it")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML or JSON file of ask settings (graph.context.AskConfig "
+                        "fields: max_rounds, tau, answerer, fusion, hyde, ...); "
+                        "the options below override it")
     p.add_argument("--answerer", choices=["reader", "chat"], default=None,
-                   help="reader: the Doc-REFRAG reader over the pages' tokens (default); chat: the chat model over their text")
-    p.add_argument("--checkpoint", type=Path, default=None, help="reader checkpoint (default: the one shipped in the package)")
-    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None, help="rerank the fused pages by page relevance "
-                                                         "(eval --retrieval-only: one more row, 'reranked')")
+                   help="reader: the Doc-REFRAG reader over the pages' tokens (default); "
+                        "chat: the chat model over their text")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="reader checkpoint (default: the one shipped in the package)")
+    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
+                   help="rerank the fused pages by page relevance "
+                        "(eval --retrieval-only: one more row, 'reranked')")
     p.add_argument("--reranker", choices=["reader", "chat"], default=None,
-                   help="implies --rerank; reader: the Doc-REFRAG reader's P(Yes) over compressed pages (default); chat: "
+                   help="implies --rerank; reader: the Doc-REFRAG reader's P(Yes) over compressed pages "
+                        "(default); chat: "
                         "the local chat model's (--llm local[:DIR]) P(Yes) over each page's text")
     p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
@@ -70,7 +75,8 @@ def _plan_args(p: argparse.ArgumentParser, eval_note: str = "") -> None:
                    help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
                         "branches' rankings of the question disagree)" + eval_note)
     p.add_argument("--decompose", dest="decompose_mode", choices=PLAN_MODES, default=None,
-                   help="when to split the question into sub-queries (default never; disagreement: as --hyde)" + eval_note)
+                   help="when to split the question into sub-queries (default never; disagreement: as --hyde)"
+                        + eval_note)
 
 
 def _json_arg(p: argparse.ArgumentParser) -> None:
@@ -117,16 +123,19 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="a PDF, a folder of PDFs (searched recursively) or a folder of page images (one document)")
     _store_args(ingest)
-    ingest.add_argument("--workers", type=int, default=None, help="page-parsing processes (default: CPU count, at most 4)")
+    ingest.add_argument("--workers", type=int, default=None,
+                        help="page-parsing processes (default: CPU count, at most 4)")
     _json_arg(ingest)
 
     search = sub.add_parser("search", help="rank pages for a query (BM25 + page-region vectors)")
     search.add_argument("query", help="the words to search for (quote them)")
     _store_args(search)
-    search.add_argument("--doc", action="append", default=None, help="restrict to this document (id, id prefix or name); repeatable")
+    search.add_argument("--doc", action="append", default=None,
+                        help="restrict to this document (id, id prefix or name); repeatable")
     search.add_argument("-k", type=int, default=5, help="pages to return (default 5)")
     search.add_argument("--fusion", choices=list(METHODS), default=DEFAULT_METHOD,
-                        help=f"how the BM25 and visual rankings combine (default {DEFAULT_METHOD}; see indexes/fusion.py)")
+                        help=f"how the BM25 and visual rankings combine (default {DEFAULT_METHOD}; "
+                             "see indexes/fusion.py)")
     _json_arg(search)
 
     docs = sub.add_parser("docs", help="list the documents of a store")
@@ -139,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="continue the unfinished run RUN_ID (printed when a run fails) instead of asking anew; "
                           "pass the options it was started with")
     _store_args(ask)
-    ask.add_argument("--doc", action="append", default=None, help="restrict to this document (id, prefix or name); repeatable")
+    ask.add_argument("--doc", action="append", default=None,
+                     help="restrict to this document (id, prefix or name); repeatable")
     ask.add_argument("--llm", default=None, help="local (default), local:/path/to/hf-model, openai:MODEL@BASE_URL "
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
     _answer_args(ask)
@@ -162,9 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
     _plan_args(ev, "; with --retrieval-only, any mode but never adds the planner's rows to the table (the "
                    "part always written, and written as the graph does: on disagreement)")
-    ev.add_argument("--extractor", default=None, help="chat model (as --llm) that extracts the short answer from each "
-                                                      "reply with the benchmark's extraction prompt before scoring "
-                                                      "(the official two-step protocol); default: none, the reply is scored")
+    ev.add_argument("--extractor", default=None,
+                    help="chat model (as --llm) that extracts the short answer from each "
+                         "reply with the benchmark's extraction prompt before scoring "
+                         "(the official two-step protocol); default: none, the reply is scored")
     _answer_args(ev)
     _llm_args(ev)
 
@@ -193,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-curriculum", action="store_true", help="stage 2 on noisy sequences only (ablation)")
     tr.add_argument("--placement", choices=["head", "random"], default=None,
                     help="where a noisy sequence puts the evidence page (default head; random: the ablation)")
-    tr.add_argument("--ship", action="store_true", help="copy the last checkpoint into the package as the default reader")
+    tr.add_argument("--ship", action="store_true",
+                    help="copy the last checkpoint into the package as the default reader")
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")

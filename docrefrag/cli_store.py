@@ -52,7 +52,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     for i, h in enumerate(hits, 1):
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
         snippet = " ".join(h.snippet.split())[:70]
-        print(f"{i:>2} {names.get(h.doc_id, h.doc_id)[:32]:32s} {h.page:>4} {h.fused:>7.4f} {fmt(h.sparse):>7} {fmt(h.dense):>7}  {snippet}")
+        print(f"{i:>2} {names.get(h.doc_id, h.doc_id)[:32]:32s} {h.page:>4} {h.fused:>7.4f} "
+              f"{fmt(h.sparse):>7} {fmt(h.dense):>7}  {snippet}")
     return EXIT_OK
 
 
@@ -69,7 +70,8 @@ def cmd_docs(args: argparse.Namespace) -> int:
     for d in docs:
         status = (d.status if d.status == "ready" else f"ingesting now {d.pages_done}/{d.n_pages} (PID {d.writer_pid})"
                   if d.writer_pid else f"interrupted {d.pages_done}/{d.n_pages} (rerun ingest to resume)")
-        print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {_health(d):>17} {status:9s} {d.name}")
+        print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {_health(d):>17} "
+              f"{status:9s} {d.name}")
     return EXIT_OK
 
 
@@ -95,7 +97,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             hits = dr.search(fact.question, k=3)
             top = [h.page for h in hits]
             print(f"\nQ: {fact.question}\n   evidence on page {fact.page}; top pages {top}")
-            print(f"   best region {tuple(round(v) for v in hits[0].bbox or ())}: {' '.join(hits[0].snippet.split())[:90]}")
+            print(f"   best region {tuple(round(v) for v in hits[0].bbox or ())}: "
+                  f"{' '.join(hits[0].snippet.split())[:90]}")
     print(f"\nstore: {args.dir / 'store'}  (try: {_command()} search \"rail passengers\" --store {args.dir / 'store'})")
     return EXIT_OK
 

@@ -89,7 +89,8 @@ def read_checkpoint_config(path: Path | str) -> dict:
                                   f"(corrupted or edited); save or copy it again")
     config = json.loads((path / "config.json").read_text())  # its sha256 matched: written by save_checkpoint
     if config.get("format") != FORMAT:
-        raise CheckpointError(f"reader checkpoint {path} has format {config.get('format')}, this version reads {FORMAT}")
+        raise CheckpointError(f"reader checkpoint {path} has format {config.get('format')}, "
+                              f"this version reads {FORMAT}")
     return config
 
 

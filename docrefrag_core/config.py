@@ -94,7 +94,8 @@ class ExampleConfig:
     noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={
         "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
     expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
-    rerank_pages: int = field(default=8, metadata={"help": "pages of a rerank example: the evidence page and negatives"})
+    rerank_pages: int = field(default=8,
+                              metadata={"help": "pages of a rerank example: the evidence page and negatives"})
     placement: str = field(default="head", metadata={
         "help": "evidence page of a 'noisy' QA example: head (first, the DocLongRAG default) or random (ablation)"})
 
@@ -114,7 +115,8 @@ class ExampleConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    out: Path = field(default=Path("runs/train"), metadata={"help": "work directory: corpus, stage states, checkpoints"})
+    out: Path = field(default=Path("runs/train"),
+                      metadata={"help": "work directory: corpus, stage states, checkpoints"})
     docs: int = field(default=24, metadata={"help": "synthetic training documents"})
     pages: int = field(default=6, metadata={"help": "pages per training document"})
     seed: int = field(default=0, metadata={"help": "seed of the corpus and of the example draws"})
@@ -139,7 +141,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.docs < 2 or self.pages < 2:
-            raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, got docs={self.docs}, pages={self.pages}")
+            raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, "
+                             f"got docs={self.docs}, pages={self.pages}")
         if self.group < 2:
             raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
         if not 0.0 <= self.rerank_share <= 1.0:

@@ -3,12 +3,12 @@ among hard negatives retrieved from the whole corpus with our own index.
 
 For a question whose evidence is pages E of document d, every ready document of the store (d's
 other pages included) is ranked by the hybrid search (BM25 + visual index, fused as
-`HybridSearcher.search` does; any searcher with the `PageSearch` interface serves); E is taken out of the ranking, its first `drop_top` pages (3) are
-dropped, since near the top they may still answer the question, and the next m ~ U[m_min, m_max]
-pages (20-30) are the hard negatives. The negatives are shuffled, so that a page's position tells
-nothing of its retrieval rank. The evidence pages then go first ("head", in their given order) or
-each at a random position ("random", for the placement ablation). An unanswerable question (no
-evidence pages) gets the negatives alone.
+`HybridSearcher.search` does; any searcher with the `PageSearch` interface serves); E is taken
+out of the ranking, its first `drop_top` pages (3) are dropped, since near the top they may still
+answer the question, and the next m ~ U[m_min, m_max] pages (20-30) are the hard negatives. The
+negatives are shuffled, so that a page's position tells nothing of its retrieval rank. The evidence pages
+then go first ("head", in their given order) or each at a random position ("random", for the
+placement ablation). An unanswerable question (no evidence pages) gets the negatives alone.
 
 The randomness of a question's sequence is a function of (seed, doc_id, question, evidence) only:
 the same question gets the same sequence whatever the other questions of the run.

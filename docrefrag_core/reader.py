@@ -200,8 +200,8 @@ class DocRefragReader(nn.Module):
     def select(self, question: str, chunks: torch.Tensor, p: float, selector: Selector | None = None) -> torch.Tensor:
         """(n, L) bool mask of the floor(p * n * L) chunks the selector expands."""
         n, L = chunks.shape[:2]
-        chosen = (selector or self.selector).choose(self.question_vector(question), chunks.reshape(n * L, *chunks.shape[2:]),
-                                                    budget(p, n, L))
+        chosen = (selector or self.selector).choose(self.question_vector(question),
+                                                    chunks.reshape(n * L, *chunks.shape[2:]), budget(p, n, L))
         mask = torch.zeros(n * L, dtype=torch.bool, device=chunks.device)
         mask[chosen.to(chunks.device)] = True
         return mask.reshape(n, L)
@@ -225,7 +225,8 @@ class DocRefragReader(nn.Module):
         return ReaderOutput(self.tokenizer.decode(ids, skip_special_tokens=True).strip(), expanded,
                             seq.embeds.shape[0], len(ids), ttft, tpot)
 
-    def decode(self, embeds: torch.Tensor, max_new_tokens: int, start: float, stop: bool) -> tuple[list[int], float, float]:
+    def decode(self, embeds: torch.Tensor, max_new_tokens: int, start: float,
+               stop: bool) -> tuple[list[int], float, float]:
         """Greedy decoding of one input (S, hidden): (token ids, time to first token, time per later token)."""
         rows, ttft, tpot = self.decode_batch(embeds[None], max_new_tokens, start, stop)
         return rows[0], ttft, tpot
@@ -267,7 +268,8 @@ class DocRefragReader(nn.Module):
     @torch.no_grad()
     def relevance(self, question: str, tokens: torch.Tensor, batch: int = 10) -> list[float]:
         """P("Yes") of each page (n, m, d) for the question."""
-        scores = [torch.sigmoid(self.yes_logits(question, tokens[i:i + batch])) for i in range(0, tokens.shape[0], batch)]
+        scores = [torch.sigmoid(self.yes_logits(question, tokens[i:i + batch]))
+                  for i in range(0, tokens.shape[0], batch)]
         return torch.cat(scores).tolist() if scores else []
 
     def answer_loss(self, question: str, tokens: torch.Tensor, expand: torch.Tensor, target: str,

@@ -27,7 +27,8 @@ _FILLER = (
 )
 
 
-def sample_report(path: Path, pages: int = 12, seed: int = 0, title: str = "Annual Infrastructure Report") -> list[Fact]:
+def sample_report(path: Path, pages: int = 12, seed: int = 0,
+                  title: str = "Annual Infrastructure Report") -> list[Fact]:
     """Write a `pages`-page A4 report to `path`; return the facts it states (one or two per page)."""
     if pages < 1:
         raise ValueError(f"pages must be >= 1, got {pages}")
@@ -63,14 +64,15 @@ def sample_report(path: Path, pages: int = 12, seed: int = 0, title: str = "Annu
             bottom = _draw_table(ink, rows, 55, top, [160] * 3)
             page.insert_text((50, bottom + 20), f"Table {number}: {measure} by region, {year}.", fontsize=10)
             best = regions[values.index(max(values))]
-            facts.append(Fact(number, "table", f"Which region had the highest {measure} in Table {number}?", best, "Str",
-                              (55.0, float(top), 535.0, float(bottom))))
+            facts.append(Fact(number, "table", f"Which region had the highest {measure} in Table {number}?", best,
+                              "Str", (55.0, float(top), 535.0, float(bottom))))
         else:
             labels = rng.sample(_REGIONS, 4)
             values = [rng.randint(5, 60) for _ in labels]
             x0, y0, height = 80, 130, 220
             _draw_bars(ink, labels, values, 60, x0, y0, height)
-            page.insert_text((50, y0 + height + 40), f"Figure {number}: {measure} ({unit}) by region in {year}.", fontsize=10)
+            page.insert_text((50, y0 + height + 40), f"Figure {number}: {measure} ({unit}) by region in {year}.",
+                             fontsize=10)
             facts.append(Fact(number, "chart", f"What value does Figure {number} show for the {labels[0]} region?",
                               str(values[0]), "Int", (float(x0), float(y0), float(x0 + 430), float(y0 + height))))
         page.insert_textbox(pymupdf.Rect(50, 470, 545, 800), _FILLER * 2, fontsize=10)

@@ -145,7 +145,8 @@ class _Writer:
         formats = self.rng.sample(["Int", "Float", "Str", "List"], 2)
         claims = [self.claim(f, noun) for f in formats]
         region = self.paragraph(page, rect, chars, fontsize, nouns, [c[0] for c in claims])
-        return [region], [Fact(number, "text", q, a, f, region.bbox) for f, (_, q, a) in zip(formats, claims, strict=True)]
+        return [region], [Fact(number, "text", q, a, f, region.bbox)
+                          for f, (_, q, a) in zip(formats, claims, strict=True)]
 
     def two_column(self, page, number, noun, nouns):
         fontsize = self.rng.uniform(10, 12)
@@ -157,7 +158,8 @@ class _Writer:
             planted = [c[0] for c, s in zip(claims, sides, strict=True) if s == side]
             columns.append(self.paragraph(page, pymupdf.Rect(x0, _TOP, x1, _BOTTOM), self.rng.randint(700, 2400),
                                           fontsize, nouns, planted))
-        facts = [Fact(number, "text", q, a, f, columns[s].bbox) for f, (_, q, a), s in zip(formats, claims, sides, strict=True)]
+        facts = [Fact(number, "text", q, a, f, columns[s].bbox)
+                 for f, (_, q, a), s in zip(formats, claims, sides, strict=True)]
         return columns, facts
 
     def table(self, page, number, noun, nouns):

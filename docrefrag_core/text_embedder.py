@@ -4,8 +4,9 @@ Word states are contextual: each text block goes through the embedder as one seq
 windows of at most `max_tokens` word pieces at word boundaries), and a word's state is the mean of
 its word-piece states. On CPUs with native bfloat16 (AVX512-BF16/AMX) the model runs with bfloat16
 weights: 2.2-2.7x the throughput of float32 on this project's 2-core machine, states at cosine
-0.99992 to float32 (autocast was slower on varying shapes; measured 2026-11-30). Query embeddings are the sentence-transformers recipe (mean pooling over
-word pieces, L2-normalised), so a query vector and pooled word states live in the same space.
+0.99992 to float32 (autocast was slower on varying shapes; measured 2026-11-30). Query embeddings
+are the sentence-transformers recipe (mean pooling over word pieces, L2-normalised), so a query
+vector and pooled word states live in the same space.
 """
 
 from __future__ import annotations

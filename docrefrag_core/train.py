@@ -78,7 +78,8 @@ def check_device(device: str) -> None:
         raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:N") from e
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}, but this torch build sees no CUDA GPU (torch.cuda.is_available() is "
-                         f"False, torch {torch.__version__}); install a CUDA build of torch, or train with --device cpu")
+                         f"False, torch {torch.__version__}); install a CUDA build of torch, or train with "
+                         "--device cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r}, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
                          f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
@@ -95,7 +96,8 @@ def checkpoint_path(config: TrainConfig, stage: str) -> Path:
 class Trainer:
     """The corpus, the searcher and the reader's building blocks, shared by the stages of one run."""
 
-    def __init__(self, config: TrainConfig, open_index: IndexFactory, reward: Reward, show_progress: bool = True) -> None:
+    def __init__(self, config: TrainConfig, open_index: IndexFactory, reward: Reward,
+                 show_progress: bool = True) -> None:
         from docrefrag.core.page_encoder import default_encoder
 
         check_device(config.device)
@@ -104,7 +106,8 @@ class Trainer:
         self.encoder = default_encoder()
         self.index = open_index(config.out / "corpus" / "store", self.encoder.embedder, show_progress)
         try:
-            self.corpus: Corpus = build_corpus(config.out / "corpus", config.docs, config.pages, config.seed, self.index)
+            self.corpus: Corpus = build_corpus(config.out / "corpus", config.docs, config.pages, config.seed,
+                                               self.index)
         except BaseException:
             self.index.close()
             raise
@@ -131,7 +134,8 @@ class Trainer:
         return reader, prior
 
     def tokens(self, pages: list[tuple[str, int]]) -> torch.Tensor:
-        return torch.from_numpy(np.stack([self.corpus.tokens[k] for k in pages]).astype(np.float32)).to(self.config.device)
+        return torch.from_numpy(np.stack([self.corpus.tokens[k] for k in pages]).astype(np.float32)).to(
+            self.config.device)
 
     def expand_mask(self, ex: Example, n: int) -> torch.Tensor:
         L = self.config.examples.grid ** 2 // self.config.examples.k
@@ -167,7 +171,8 @@ class Trainer:
                     + torch.nn.functional.cross_entropy(logits[None], target[None].argmax(-1)))
         return reader.answer_loss(ex.prompt, tokens, self.expand_mask(ex, len(ex.pages)), ex.target)
 
-    def grpo_step(self, reader, reference, ex: Example, rng: random.Random, generator: torch.Generator) -> tuple[torch.Tensor, float]:
+    def grpo_step(self, reader, reference, ex: Example, rng: random.Random,
+                  generator: torch.Generator) -> tuple[torch.Tensor, float]:
         from docrefrag.core.reader import ANSWER_SUFFIX
 
         cfg = self.config
@@ -259,7 +264,8 @@ class Trainer:
                 ex = self.draw(stage, step, max(step / cfg.steps, (time.perf_counter() - start) / 60 / cfg.minutes))
                 reward = None
                 if stage == "stage3":
-                    loss, reward = self.grpo_step(reader, reference, ex, random.Random(f"{cfg.seed}|p|{step}"), generator)
+                    loss, reward = self.grpo_step(reader, reference, ex, random.Random(f"{cfg.seed}|p|{step}"),
+                                                  generator)
                 else:
                     loss = self.supervised_loss(reader, ex)
                 optimiser.zero_grad(set_to_none=True)
@@ -275,7 +281,8 @@ class Trainer:
                 log.write(json.dumps(record) + "\n")
                 log.flush()
                 bar.update()
-                bar.set_postfix(loss=f"{np.mean(window[-20:]):.3f}", **({"reward": f"{reward:.2f}"} if reward is not None else {}))
+                bar.set_postfix(loss=f"{np.mean(window[-20:]):.3f}",
+                                **({"reward": f"{reward:.2f}"} if reward is not None else {}))
                 if step % cfg.save_every == 0:
                     self._save_state(state_file, named, optimiser, step, (time.perf_counter() - start) / 60, reference,
                                      sittings())

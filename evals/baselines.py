@@ -87,5 +87,6 @@ def summary_table(rows: list[dict], pipelines: Sequence[str] = PIPELINES) -> str
             continue
         sec = [c["seconds"] for c in cells]
         lines.append(f"| {name} | {len(cells)} | {np.mean([c['score'] for c in cells]):.3f} | "
-                     f"{np.mean([c['evidence_read'] for c in cells]):.2f} | {np.median(sec):.2f} | {np.mean(sec):.2f} |")
+                     f"{np.mean([c['evidence_read'] for c in cells]):.2f} | {np.median(sec):.2f} | "
+                     f"{np.mean(sec):.2f} |")
     return "\n".join(lines)

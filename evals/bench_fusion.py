@@ -1,8 +1,10 @@
 """Fusion under stress: every fusion method on dumps of both branches' scores, as they are and with one
 branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetitive vocabulary).
 
-    python -m docrefrag.evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench --store STORE --out mmlb.jsonl
-    python -m docrefrag.evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] [--docs 10K] [--pooled-weight 0]
+    python -m docrefrag.evals.bench_fusion dump mmlongbench --data ../shared/data/mmlongbench \\
+        --store STORE --out mmlb.jsonl
+    python -m docrefrag.evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] \\
+        [--docs 10K] [--pooled-weight 0]
 
 `dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
 for every page of that document, and the dense score's two terms (the best chunk's cosine and the pooled
@@ -10,7 +12,8 @@ vector's, indexes/visual.py); and, per document, both branches' scores of every 
 pseudo-queries (indexes/health.py). `stress --pooled-weight W` rebuilds the dense score with weight W on the
 pooled term instead (0: the best chunk alone), `stress --docs TEXT` keeps the questions on documents whose name contains
 TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
-branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
+branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G":
+that branch's scores replaced by uniform
 (U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, on the questions
 and on the pseudo-queries alike (the branch fails on the corpus), mean over seeds; "consistency, no pages" is
 the method without the candidates' page keys (no smoothness term) and without the branch health,
@@ -55,8 +58,8 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
                 store.record_branch_health(doc_ids[name], health_of(pages, runs))
                 f.write(json.dumps({"pseudo_queries": name, "pages": pages,
                                     "runs": [[src, sp.tolist(), de.tolist()] for src, sp, de in runs]}) + "\n")
-            print(f"pseudo-queries of {len(names)} documents: {(time.perf_counter() - start) / max(len(names), 1):.1f} s "
-                  "per document")
+            print(f"pseudo-queries of {len(names)} documents: "
+                  f"{(time.perf_counter() - start) / max(len(names), 1):.1f} s per document")
             for q in asked:
                 doc = doc_ids[q.doc_name]
                 cands = searcher.candidates(q.question, [doc], k=1_000_000)
@@ -174,7 +177,8 @@ def stress(path: Path, seeds: int, params: dict, n: int, docs: str | None = None
     dev_ratios = [_ratio(min(h.sparse, h.dense), max(h.sparse, h.dense)) for h in dev_health.values()]
     if any(np.isfinite(dev_ratios)):
         spans = ", ".join(f"{name} {np.nanmin(h):.2f}-{np.nanmax(h):.2f}" for name, h in
-                          (("BM25", [h.sparse for h in dev_health.values()]), ("dense", [h.dense for h in dev_health.values()])))
+                          (("BM25", [h.sparse for h in dev_health.values()]),
+                           ("dense", [h.dense for h in dev_health.values()])))
         lines.append(f"branch health, weaker / stronger branch per document: dev min {np.nanmin(dev_ratios):.2f} "
                      f"({np.isfinite(dev_ratios).sum()} documents measured; {spans}); noise branch / the other in the "
                      f"noise cases: median {np.nanmedian(noise_ratios):.2f}, max {np.nanmax(noise_ratios):.2f}")
@@ -197,7 +201,8 @@ def main() -> None:
                    help="a FusionConfig field of the consistency method, e.g. eta=0")
     s.add_argument("--docs", metavar="TEXT", help="only the questions on documents whose name contains TEXT")
     s.add_argument("--pooled-weight", type=float, metavar="W",
-                   help="rebuild the dense score as best chunk + W x pooled from the dump's terms (0: best chunk alone)")
+                   help="rebuild the dense score as best chunk + W x pooled from the dump's terms "
+                        "(0: best chunk alone)")
     args = parser.parse_args()
     if args.command == "dump":
         print(f"{dump(args.benchmark, args.data, args.store, args.out)} questions -> {args.out}")

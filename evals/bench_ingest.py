@@ -94,7 +94,9 @@ t2 = time.perf_counter()
 from docrefrag.core.text_embedder import TextEmbedder
 searcher = HybridSearcher(store, TextEmbedder.default())
 t_model = time.perf_counter() - t2
-t3 = time.perf_counter(); searcher.search("revenue growth by region", k=5, doc_ids=[docs[0].doc_id]); t_first = time.perf_counter() - t3
+t3 = time.perf_counter()
+searcher.search("revenue growth by region", k=5, doc_ids=[docs[0].doc_id])
+t_first = time.perf_counter() - t3
 queries = sys.argv[2].split("|")
 queries *= max(int(sys.argv[3]), -(-2 * len(docs) // len(queries)))  # every document searched at least twice
 lat, first_of_doc, seen = [], [], {docs[0].doc_id}
@@ -201,8 +203,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             big = build_big_pdf(args.docs, args.big_pdf, Path(tmp) / "big.pdf")
             res, secs, peak_big = ingest([big], Path(tmp) / "store")
-            row.update({"big_pdf_pages": res[0].pages, "big_pdf_seconds": secs, "big_pdf_pages_per_s": res[0].pages / secs,
-                        "big_pdf_peak_pss_mb": peak_big / 1e6})
+            row.update({"big_pdf_pages": res[0].pages, "big_pdf_seconds": secs,
+                        "big_pdf_pages_per_s": res[0].pages / secs, "big_pdf_peak_pss_mb": peak_big / 1e6})
     print(json.dumps(row, indent=2))
     if args.json:
         args.json.write_text(json.dumps(row, indent=2))

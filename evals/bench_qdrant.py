@@ -171,8 +171,10 @@ def bench_engine(engine: str, corpus: Corpus, workdir: Path, n_queries: int) -> 
 
 def markdown(results: list[Result]) -> str:
     head = (
-        "| engine | pages | vectors | ingest s | disk MB | fresh process to 1st answer s | import s | open s | 1st query s "
-        "| peak RSS after 1st query MB | peak RSS MB | anon RSS MB | doc p50/p95 ms | all p50/p95 ms | all, 1st stage 100 p50/p95 ms |"
+        "| engine | pages | vectors | ingest s | disk MB | fresh process to 1st answer s | import s | open s "
+        "| 1st query s "
+        "| peak RSS after 1st query MB | peak RSS MB | anon RSS MB | doc p50/p95 ms | all p50/p95 ms "
+        "| all, 1st stage 100 p50/p95 ms |"
     )
     rows = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in results:

@@ -219,4 +219,5 @@ def visual_index_open(path: Path):
 
 
 def visual_index_query(index, q: np.ndarray, doc_id: str | None, first_stage: bool) -> list:
-    return index.search(q, k=10, doc_ids=None if doc_id is None else [doc_id], first_stage=FIRST_STAGE if first_stage else None)
+    return index.search(q, k=10, doc_ids=None if doc_id is None else [doc_id],
+                        first_stage=FIRST_STAGE if first_stage else None)

@@ -69,7 +69,8 @@ def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, chec
         reader = DocRefragReader(decoder, tokenizer, config, encoder.embedder.embed_queries).eval()
         if checkpoint and base.k == k:
             load_checkpoint(reader, checkpoint, encoder.encoder_id)
-        modes = [("compressed", NoneSelector()), ("selective", None)] + ([("full", AllSelector())] if k == ks[0] else [])
+        modes = ([("compressed", NoneSelector()), ("selective", None)]
+                 + ([("full", AllSelector())] if k == ks[0] else []))
         # warm-up at full length: the first long prefill of a process pays for allocations and kernel set-up
         reader.answer(QUESTION, pages, p=p, selector=NoneSelector(), max_new_tokens=2, stop=False)
         for mode, selector in modes:
@@ -90,7 +91,8 @@ def machine() -> str:
 
 def markdown(rows: list[dict]) -> str:
     full = next((r for r in rows if r["mode"] == "full"), None)
-    lines = ["| mode | k | pages | input tokens | tokens/page | TTFT (s) | TTFT speed-up vs full | TPOT (s) | peak PSS (MB) |",
+    lines = ["| mode | k | pages | input tokens | tokens/page | TTFT (s) | TTFT speed-up vs full | TPOT (s) "
+             "| peak PSS (MB) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         speed = f"{full['ttft_s'] / r['ttft_s']:.2f}x" if full else "-"

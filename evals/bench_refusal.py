@@ -44,8 +44,8 @@ def bench(store: Path, repeat: int) -> list[dict]:
                                       capture_output=True, text=True, timeout=120)
                 seconds.append(time.perf_counter() - start)
                 message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-            rows.append({"case": name, "median_s": round(statistics.median(seconds), 2), "max_s": round(max(seconds), 2),
-                         "refusal": message[:160]})
+            rows.append({"case": name, "median_s": round(statistics.median(seconds), 2),
+                         "max_s": round(max(seconds), 2), "refusal": message[:160]})
     return rows
 
 

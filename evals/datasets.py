@@ -73,7 +73,8 @@ def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
             questions.append(Question(
                 qid=r["question_id"], benchmark="longdocurl", doc_name=f"{r['doc_no']}.pdf", question=r["question"],
                 answer=json.dumps(r["answer"]) if isinstance(r["answer"], list) else str(r["answer"]),
-                answer_format=r["answer_format"], evidence_pages=tuple(int(p) for p in _list_field(r["evidence_pages"])),
+                answer_format=r["answer_format"],
+                evidence_pages=tuple(int(p) for p in _list_field(r["evidence_pages"])),
                 evidence_sources=tuple(_list_field(r["evidence_sources"])), task=r.get("task_tag", ""),
                 extra={"start_end_idx": r.get("start_end_idx"), "question_type": r.get("question_type")},
             ))
@@ -90,7 +91,8 @@ def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
 
 
 def mmlongbench_format(q: Question | str) -> str:
-    """A question's answer format (or a format name) in MMLongBench-Doc's vocabulary (LongDocURL's Integer -> Int, ...)."""
+    """A question's answer format (or a format name) in MMLongBench-Doc's vocabulary
+    (LongDocURL's Integer -> Int, ...)."""
     fmt = q if isinstance(q, str) else q.answer_format
     return _LDU_FORMATS.get(fmt, fmt)
 

@@ -61,7 +61,8 @@ def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 
                     pred = out.text[: len(target)]
                     scores[mode].append((anls(target, pred), similarity(target, pred)))
             for mode, values in scores.items():
-                rows.append({"chars": c, "mode": mode, "pages": pages, "anls": round(statistics.mean(a for a, _ in values), 3),
+                rows.append({"chars": c, "mode": mode, "pages": pages,
+                             "anls": round(statistics.mean(a for a, _ in values), 3),
                              "similarity": round(statistics.mean(b for _, b in values), 3)})
     return rows
 
@@ -129,7 +130,8 @@ def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 
         rows.append({"selector": name, "p": p if name not in ("none", "all") else None, "questions": len(values),
                      "answer_nll_mean": round(statistics.mean(values), 4),
                      "answer_nll_median": round(statistics.median(values), 4),
-                     "minus_random": round(float(diff.mean()), 4), "minus_random_se": round(bootstrap_se(diff, seed), 4),
+                     "minus_random": round(float(diff.mean()), 4),
+                     "minus_random_se": round(bootstrap_se(diff, seed), 4),
                      "per_question": [round(x, 4) for x in values]})
     return rows
 
@@ -190,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m docrefrag.evals.reader_evals")
     parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
-    parser.add_argument("--mmlongbench", type=Path, default=None, help="selectors on this dev-set folder (with --store)")
+    parser.add_argument("--mmlongbench", type=Path, default=None,
+                        help="selectors on this dev-set folder (with --store)")
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--limit", type=int, default=30, help="questions (selectors, answer-loss); examples per task "
                                                                "(training-tasks)")
@@ -209,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         from docrefrag.core.train import Trainer
         from docrefrag.indexes.corpus import CorpusIndex
 
-        trainer = Trainer(TrainConfig(out=args.work / "heldout-training-tasks", docs=4, seed=HELD_OUT_SEED), CorpusIndex,
-                          mmlongbench_score, show_progress=False)
+        trainer = Trainer(TrainConfig(out=args.work / "heldout-training-tasks", docs=4, seed=HELD_OUT_SEED),
+                          CorpusIndex, mmlongbench_score, show_progress=False)
         try:
             with torch.no_grad():
                 rows = training_task_reconstruction(reader, trainer, args.limit)
@@ -227,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             return torch.from_numpy(store.stacked_tokens(pages))
 
         with torch.no_grad():
-            rows = selectors(reader, seqs, tokens_of) if args.what == "selectors" else answer_loss(reader, seqs, tokens_of)
+            rows = (selectors(reader, seqs, tokens_of) if args.what == "selectors"
+                    else answer_loss(reader, seqs, tokens_of))
         store.close()
         if args.plot and args.what == "selectors":
             accuracy_by_budget(rows, args.plot, "MMLongBench-Doc" if args.mmlongbench else "held-out synthetic")

@@ -8,8 +8,9 @@ part of the plan switched on and off: "question" (no planner), "rules" (the rule
 and anchors), and with the HyDE passage and/or the sub-queries when they were asked for; each of
 those also as "<plan>-on-disagreement", what the ask graph does in the mode "disagreement" (HyDE's
 default): the rules plan, with the LLM parts only when the rules plan's search found the branches
-disagreeing (`agents.planner.disagrees`, the graph's gate for a question asked of its one document). One run thus gives the whole planner ablation on the same plans; rows are named
-"<plan>/<method>"; the last plan (every part asked for, on disagreement) is the one reranked.
+disagreeing (`agents.planner.disagrees`, the graph's gate for a question asked of its one document).
+One run thus gives the whole planner ablation on the same plans; rows are named "<plan>/<method>";
+the last plan (every part asked for, on disagreement) is the one reranked.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
         base = f"{variants[-1]}/consistency"
     if reranker is not None:
         methods = [*methods, "reranked"]
-    done = {qid: r for qid, r in load_rows(out, settings).items() if all(m in r for m in methods)}  # other methods: redone
+    # other methods: redone
+    done = {qid: r for qid, r in load_rows(out, settings).items() if all(m in r for m in methods)}
     skipped = {"no_evidence_or_unanswerable": 0, "document_missing": 0}
     rows = list(done.values())
     with open(out, "a") as f:
@@ -131,7 +133,8 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
                 runs = search_plan(plans["rules"], q.question, cached, scope, max(KS), "consistency")[1]
                 row["query_disagreement"] = runs[0].query_disagreement if runs else 0.0
                 if disagrees(row["query_disagreement"], disagreement):
-                    plans.update({v: plans[v.removesuffix(ON_DISAGREEMENT)] for v in plans if v.endswith(ON_DISAGREEMENT)})
+                    plans.update({v: plans[v.removesuffix(ON_DISAGREEMENT)] for v in plans
+                                  if v.endswith(ON_DISAGREEMENT)})
                 # the last plan first: planning plus its search is the ask graph's retrieve latency
                 for v, p in reversed(plans.items()):
                     for m in fused_methods:

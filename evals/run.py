@@ -83,7 +83,8 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     benchmark_setting = f"{benchmark}{setting}"
     chat_reranker = {"reranker_llm": llm} if reranker == "chat" else {}  # absent otherwise: earlier runs resume
     gate = {"disagreement": config.disagreement} if planner is not None else None  # what the planner rows depend on
-    settings = run_settings(store, gate, planner_llm=llm if planner is not None else None, reader=reader, **chat_reranker)
+    settings = run_settings(store, gate, planner_llm=llm if planner is not None else None, reader=reader,
+                            **chat_reranker)
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
                                 show_progress=show_progress, planner=planner, hyde=hyde, decompose=decompose,
                                 reranker=score, settings=settings, disagreement=config.disagreement)

@@ -67,7 +67,8 @@ class AskConfig:
             raise ValueError(f"tau is a confidence in [0, 1], got {self.tau}")
         for name, hint in (("pages", "--pages with --answerer chat"), ("reader_pages", "--pages with the reader")):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} ({hint}) is the number of pages read and must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"{name} ({hint}) is the number of pages read and must be >= 1, "
+                                 f"got {getattr(self, name)}")
         for name in ("answerer", "reranker"):
             if getattr(self, name) not in ("reader", "chat"):
                 raise ValueError(f"{name} must be 'reader' or 'chat', got {getattr(self, name)!r}")
@@ -96,7 +97,8 @@ class AskConfig:
         except OSError as e:  # a folder, no permission
             raise ValueError(f"config file {path} cannot be read ({e.strerror}); pass a TOML or JSON file") from None
         except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"config file {path} is not valid {'JSON' if Path(path).suffix == '.json' else 'TOML'}: {e}") from None
+            raise ValueError(f"config file {path} is not valid "
+                             f"{'JSON' if Path(path).suffix == '.json' else 'TOML'}: {e}") from None
         if not isinstance(values, dict):
             raise ValueError(f"config file {path} must hold a table of settings, not a {type(values).__name__}")
         known = {f.name: f for f in fields(cls)}

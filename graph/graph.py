@@ -1,4 +1,5 @@
-"""The ask graph: plan -> retrieve [-> enrich -> retrieve] -> rerank -> answer -> validate -> done | refine -> retrieve ...
+"""The ask graph: plan -> retrieve [-> enrich -> retrieve] -> rerank -> answer -> validate
+-> done | refine -> retrieve ...
 
 The graph acts on the branches' disagreement: when the first round's search of the question finds the
 BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.disagreement`),
@@ -107,7 +108,8 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
     hits = [Hit(**h) for h in state["hits"]]
     order, scores = reorder(reranker, state["question"], [(h.doc_id, h.page) for h in hits])
     ranked = [replace(hits[i], rerank=scores[i]) for i in order]
-    return {"hits": [asdict(h) for h in ranked], "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h in ranked]}]}
+    return {"hits": [asdict(h) for h in ranked],
+            "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h in ranked]}]}
 
 
 def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
@@ -136,8 +138,10 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
 
 def validate_answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx = runtime.context
-    pages = [PageText(r["doc_id"], r["page"], r["text"], []) for r in state.get("read", [])]  # the validator reads text only
-    verdict = validate(state["question"], state["answer"], [Claim(**c) for c in state.get("claims", [])], pages, ctx.llm)
+    # the validator reads text only
+    pages = [PageText(r["doc_id"], r["page"], r["text"], []) for r in state.get("read", [])]
+    verdict = validate(state["question"], state["answer"], [Claim(**c) for c in state.get("claims", [])], pages,
+                       ctx.llm)
     update = {"verdict": verdict.model_dump(), "trace": [{"node": "validate", **verdict.model_dump()}]}
     best = state.get("best") or {}
     if verdict.confidence >= best.get("verdict", {}).get("confidence", -1.0):  # a tie goes to the later round
@@ -169,7 +173,8 @@ def route_after_validate(state: AskState, runtime: Runtime[AskContext]) -> Liter
         return END
     if state.get("round", 1) >= cfg.max_rounds:
         return END
-    if time.time() - state.get("started_at", time.time()) > cfg.time_budget_s or state.get("tokens", 0) > cfg.token_budget:
+    if (time.time() - state.get("started_at", time.time()) > cfg.time_budget_s
+            or state.get("tokens", 0) > cfg.token_budget):
         return END
     return "refine"
 

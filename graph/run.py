@@ -93,7 +93,8 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
     if config.abstain and not supported and not is_unanswerable(answer):
         answer, claims, withheld = NOT_ANSWERABLE, [], answer  # no round found support: abstain, say what was found
     return AskResult(question=state.get("question", question), answer=answer, claims=claims, withheld=withheld,
-                     supported=supported, unsupported_reason="" if supported else unsupported_reason(verdict, config.tau),
+                     supported=supported,
+                     unsupported_reason="" if supported else unsupported_reason(verdict, config.tau),
                      confidence=confidence, rounds=int(state.get("round", 1)),
                      seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s") or 0.0),
                      tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", [])[earlier:])

@@ -31,7 +31,8 @@ def record_run(db: Path, thread_id: str, options: RunOptions) -> None:
     with closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("CREATE TABLE IF NOT EXISTS docrefrag_runs (thread_id TEXT PRIMARY KEY, options TEXT NOT NULL, "
                      "started REAL NOT NULL)")
-        conn.execute("INSERT OR REPLACE INTO docrefrag_runs VALUES (?, ?, ?)", (thread_id, json.dumps(values), time.time()))
+        conn.execute("INSERT OR REPLACE INTO docrefrag_runs VALUES (?, ?, ?)",
+                     (thread_id, json.dumps(values), time.time()))
 
 
 def recorded_run(db: Path, thread_id: str) -> RunOptions | None:

@@ -132,7 +132,8 @@ class BM25Index:
         idf[present & (idf < 0)] = floor
         return idf, float(self.page_len[scope].mean()) if n else 1.0
 
-    def _score(self, counts: sp.csr_matrix, lengths: np.ndarray, query: Counter, idf: np.ndarray, avgdl: float) -> np.ndarray:
+    def _score(self, counts: sp.csr_matrix, lengths: np.ndarray, query: Counter, idf: np.ndarray,
+               avgdl: float) -> np.ndarray:
         scores = np.zeros(counts.shape[0])
         norm = self.k1 * (1 - self.b + self.b * lengths / avgdl)  # (n,)
         for term, times in query.items():

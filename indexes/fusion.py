@@ -86,7 +86,8 @@ class Diagnostics:
     reliability_sparse: float  # R_s: noise units by which BM25's best page stands out (0: no signal)
     reliability_dense: float  # R_d: the same for the dense branch
     disagreement: np.ndarray  # (n,) D(i) in [0, 1]: 0 where the branches agree on the page
-    query_disagreement: float  # Q = (1 - Spearman rho) / 2 over the candidates; 0.5: unrelated or a flat branch; 1: opposite
+    # Q = (1 - Spearman rho) / 2 over the candidates; 0.5: unrelated or a flat branch; 1: opposite
+    query_disagreement: float
     smoothness_sparse: float  # S_s: rank correlation of BM25's scores of consecutive candidate pages (~0: noise-like)
     smoothness_dense: float  # S_d: the same for the dense branch
     page_pairs: int  # pairs of consecutive candidate pages behind S_s and S_d (0: no pages given)

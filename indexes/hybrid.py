@@ -115,7 +115,8 @@ class HybridSearcher:
     def pseudo_query_runs(self, doc_id: str) -> tuple[list[int], list[tuple[int, np.ndarray, np.ndarray]]]:
         """The document's pages and, per pseudo-query, (source page, BM25 scores, visual scores) of every page."""
         pages = self.store.page_numbers(doc_id)
-        queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []  # else unjudged
+        # else unjudged
+        queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []
         vectors = self.embedder.embed_queries([q for _, q in queries]) if queries else []
         runs = []
         for (source, query), vec in zip(queries, vectors, strict=True):
@@ -145,7 +146,8 @@ class HybridSearcher:
         order = best_first(fused)[:k]
         chosen = [cands.keys[i] for i in order]
         position = self.store.bm25().position
-        best = (self.store.bm25().best_chunks(cands.bm25, np.array([position[key] for key in chosen if key in position]))
+        best = (self.store.bm25().best_chunks(cands.bm25,
+                                              np.array([position[key] for key in chosen if key in position]))
                 if cands.bm25 is not None else {})
         hits = []
         for i, key in zip(order, chosen, strict=True):

@@ -354,7 +354,9 @@ class Ingestor:
                     self._drop_pool()
                     if index in suspects and not in_flight:
                         logger.warning("page %d crashed its worker process: %s", index + 1, e)
-                        self.store.add_page(doc_id, failed_page(index + 1, f"page {index + 1} crashed its worker process"), None)
+                        self.store.add_page(doc_id,
+                                            failed_page(index + 1, f"page {index + 1} crashed its worker process"),
+                                            None)
                         bar.update()
                         continue
                     retry = [index] + [i for i, _ in in_flight]

@@ -87,7 +87,8 @@ def page_number(path: Path) -> int:
 def image_folder_source(folder: Path) -> DocSource:
     files = sorted((p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES), key=page_number)
     if not files:
-        raise IngestError(f"{folder}: no PNG/JPEG page images in this folder; point ingest at PDFs or at a folder of page images")
+        raise IngestError(f"{folder}: no PNG/JPEG page images in this folder; "
+                          "point ingest at PDFs or at a folder of page images")
     numbers = [page_number(p) for p in files]
     if len(set(numbers)) != len(numbers):
         raise IngestError(f"{folder}: two page images carry the same page number; rename them so each is unique")
@@ -103,10 +104,12 @@ def open_pdf(path: Path) -> pymupdf.Document:
     try:
         doc = pymupdf.open(path, filetype="pdf")
     except Exception as e:  # PyMuPDF raises several types for unreadable input
-        raise IngestError(f"{path}: not a readable PDF ({e}); repair or re-export it (e.g. `qpdf in.pdf out.pdf`)") from e
+        raise IngestError(f"{path}: not a readable PDF ({e}); "
+                          "repair or re-export it (e.g. `qpdf in.pdf out.pdf`)") from e
     if doc.needs_pass:
         doc.close()
-        raise IngestError(f"{path}: the PDF is encrypted; decrypt it first (e.g. `qpdf --decrypt --password=PW in.pdf out.pdf`)")
+        raise IngestError(f"{path}: the PDF is encrypted; "
+                          "decrypt it first (e.g. `qpdf --decrypt --password=PW in.pdf out.pdf`)")
     if doc.page_count == 0:
         doc.close()
         raise IngestError(f"{path}: the PDF has no pages; re-export it from its source application")

@@ -41,7 +41,8 @@ class Store(IngestWrites):
             raise StoreError(f"{self.root} is a file, not a store folder; pass a folder (new or existing) to --store")
         if not (self.root / "catalog.sqlite").is_file():
             if not create:
-                raise StoreError(f"no docrefrag store at {self.root}; create one with `docrefrag ingest PATH --store {self.root}`")
+                raise StoreError(f"no docrefrag store at {self.root}; "
+                                 f"create one with `docrefrag ingest PATH --store {self.root}`")
             self.root.mkdir(parents=True, exist_ok=True)
         catalog = self.root / "catalog.sqlite"
         try:
@@ -79,7 +80,8 @@ class Store(IngestWrites):
         if stored_url and qdrant_url and qdrant_url != stored_url:
             raise StoreError(f"the store at {self.root} keeps its vectors at {stored_url}, not {qdrant_url}")
         if not (stored_url or qdrant_url) and not (self.root / "visual").exists() and self._has_vectors():
-            raise StoreError(f"the store's visual index {self.root / 'visual'} is missing (deleted or not copied with the "
+            raise StoreError(f"the store's visual index {self.root / 'visual'} is missing "
+                             "(deleted or not copied with the "
                              "store): search would lose its dense branch; restore the folder, or ingest the documents "
                              "into a new store")
         # a new store is bound to a server only once the server has answered (`visual`): a dead or mistyped
@@ -195,7 +197,8 @@ class Store(IngestWrites):
         if len(ids) == 1:
             return ids[0]
         if not ids:
-            unfinished = [d for d in self.documents() if d.status != "ready" and (d.doc_id.startswith(doc) or d.name == doc)]
+            unfinished = [d for d in self.documents()
+                          if d.status != "ready" and (d.doc_id.startswith(doc) or d.name == doc)]
             if unfinished:
                 raise StoreError(f"{doc!r} is only partly ingested ({unfinished_summary(unfinished)}); "
                                  "rerun `docrefrag ingest` on it to finish")
@@ -241,13 +244,15 @@ class Store(IngestWrites):
         return ChunkRecord(doc_id, page, chunk, row[0], tuple(row[1:]))
 
     def page_chunks(self, doc_id: str, page: int) -> list[ChunkRecord]:
-        rows = self.db.execute("SELECT chunk, text, x0, y0, x1, y1 FROM chunks WHERE doc_id = ? AND page = ? ORDER BY chunk",
+        rows = self.db.execute("SELECT chunk, text, x0, y0, x1, y1 FROM chunks "
+                               "WHERE doc_id = ? AND page = ? ORDER BY chunk",
                                (doc_id, page)).fetchall()
         return [ChunkRecord(doc_id, page, r[0], r[1], tuple(r[2:])) for r in rows]
 
     def text_chunks(self, doc_id: str) -> list[tuple[int, str]]:
         """(page, text) of every BM25 chunk of the document, in page order."""
-        return self.db.execute("SELECT page, text FROM chunks WHERE doc_id = ? ORDER BY page, chunk", (doc_id,)).fetchall()
+        return self.db.execute("SELECT page, text FROM chunks WHERE doc_id = ? ORDER BY page, chunk",
+                               (doc_id,)).fetchall()
 
     def page_numbers(self, doc_id: str) -> list[int]:
         return [r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? ORDER BY page", (doc_id,))]

@@ -187,7 +187,8 @@ class VisualIndex:
         if first_stage is not None and (
             isinstance(first_stage, bool) or not isinstance(first_stage, int) or first_stage < k
         ):
-            raise ValueError(f"first_stage must be an int >= k={k} (pages kept before the exact scoring), got {first_stage!r}")
+            raise ValueError(f"first_stage must be an int >= k={k} (pages kept before the exact scoring), "
+                             f"got {first_stage!r}")
         if doc_ids == []:
             return []
         if first_stage is not None:
@@ -214,7 +215,8 @@ class VisualIndex:
         q, doc_ids = self._checked_query(query, k, doc_ids)
         return [] if doc_ids == [] else self._open.nearest(q, using, k, doc_ids, None)
 
-    def _checked_query(self, query: np.ndarray, k: int, doc_ids: Sequence[str] | None) -> tuple[np.ndarray, list[str] | None]:
+    def _checked_query(self, query: np.ndarray, k: int,
+                       doc_ids: Sequence[str] | None) -> tuple[np.ndarray, list[str] | None]:
         """The query as a (dim,) float32 vector and doc_ids as a list (or None), or a clear error."""
         q = self._as_matrix("query", query, ndim=1)  # (dim,)
         if not np.all(np.isfinite(q)) or not np.any(q):

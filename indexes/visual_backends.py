@@ -251,7 +251,8 @@ class _ServerBackend:
 
     def _filter(self, doc_ids: list[str] | None, ids: list[str] | None):
         models = self._models
-        must = ([] if doc_ids is None else [models.FieldCondition(key="doc_id", match=models.MatchAny(any=doc_ids))]) + (
+        must = ([] if doc_ids is None
+                else [models.FieldCondition(key="doc_id", match=models.MatchAny(any=doc_ids))]) + (
             [] if ids is None else [models.HasIdCondition(has_id=ids)])
         return models.Filter(must=must) if must else None
 

@@ -192,7 +192,8 @@ FILLER = {
 }
 REPORT_TABLES = {
     DISTRACTOR_PAGE: ("2018", [["Northfield", "2018", "3,907"], ["Eastbrook", "2018", "2,114"]]),
-    ANSWER_PAGE: ("2019", [["Eastbrook", "2019", "2,305"], ["Northfield", "2019", "4,812"], ["Westmere", "2019", "1,566"]]),
+    ANSWER_PAGE: ("2019", [["Eastbrook", "2019", "2,305"], ["Northfield", "2019", "4,812"],
+                           ["Westmere", "2019", "1,566"]]),
 }
 NEW_QUERY = "Northfield passenger count table for the year 2019"
 
@@ -220,7 +221,8 @@ def make_report(path: Path) -> Path:
         page.insert_textbox(pymupdf.Rect(50, 90, 545, 300), f"{filler} " * 3, fontsize=11)
         if n in REPORT_TABLES:
             year, rows = REPORT_TABLES[n]
-            _ruled_table(page, [["Operator", "Year", "Passengers"], *rows], 320, f"Passengers reported by operator, {year}.")
+            _ruled_table(page, [["Operator", "Year", "Passengers"], *rows], 320,
+                         f"Passengers reported by operator, {year}.")
     doc.save(path)
     doc.close()
     return path

@@ -19,7 +19,8 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     from docrefrag.indexes.hybrid import HybridSearcher
 
     doc_id = report[1]
-    questions = [Question(f"q{i}", "mmlongbench", "transit-review.pdf", QUESTION, "4812", "Int", (ANSWER_PAGE,), ("Table",))
+    questions = [Question(f"q{i}", "mmlongbench", "transit-review.pdf", QUESTION, "4812", "Int", (ANSWER_PAGE,),
+                          ("Table",))
                  for i in (1, 2)]
     reply = "Northfield reported 4,812 passengers in 2019."
     llm, _ = scripted(HYDE, reply, "Yes", HYDE, reply, "Yes")
@@ -27,15 +28,17 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
                                                     AIMessage("I cannot tell.")]))
     seen = _Prompts()
     extractor.callbacks = [seen]
-    rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions, {"transit-review.pdf": doc_id},
-                            tmp_path / "answers.jsonl", AskConfig(answerer="chat", hyde="always"), show_progress=False,
-                            extractor=extractor)
+    rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions,
+                            {"transit-review.pdf": doc_id}, tmp_path / "answers.jsonl",
+                            AskConfig(answerer="chat", hyde="always"), show_progress=False, extractor=extractor)
     first, second = rows
-    assert (first["response"], first["pred"], first["extracted_format"], first["score"]) == (reply, "4812", "Integer", 1.0)
+    assert ((first["response"], first["pred"], first["extracted_format"], first["score"])
+            == (reply, "4812", "Integer", 1.0))
     assert (second["pred"], second["score"]) == (None, 0.0)
     user, prefill = seen.calls[0]
     assert user.content == EXTRACTION_PROMPT and prefill.type == "ai"
     assert prefill.content == f"\n\nQuestion:{QUESTION}\nAnalysis:{reply}\n"
     assert first["score_without_extraction"] == 0.0
     assert summarise("mmlongbench", rows, "local")["extraction"] == (
-        "two-step protocol with MMLongBench-Doc's extraction prompt, extractor local; accuracy without extraction 0.000")
+        "two-step protocol with MMLongBench-Doc's extraction prompt, extractor local; "
+        "accuracy without extraction 0.000")

@@ -62,7 +62,8 @@ def test_cli_ask_on_an_empty_store_is_one_line(tmp_path, created):
 
 @pytest.mark.parametrize("args, message", [
     ([], "--resume RUN_ID"), (["a question", "--resume", "abc"], "--resume RUN_ID"),
-    (["--resume", "abc", "--doc", "x"], "drop --doc"), (["a question", "--llm-timeout", "0"], "--llm-timeout must be > 0"),
+    (["--resume", "abc", "--doc", "x"], "drop --doc"),
+    (["a question", "--llm-timeout", "0"], "--llm-timeout must be > 0"),
 ])
 def test_cli_ask_checks_its_arguments_in_one_line(tmp_path, capsys, args, message):
     from docrefrag.cli import main

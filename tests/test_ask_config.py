@@ -18,14 +18,16 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text('max_rounds = 3\ntau = 1\nanswerer = "chat"\nhyde = "never"\nfusion = "rrf"\n')
     config = AskConfig.from_file(toml)
-    assert (config.max_rounds, config.tau, config.answerer, config.hyde, config.fusion) == (3, 1.0, "chat", "never", "rrf")
+    assert ((config.max_rounds, config.tau, config.answerer, config.hyde, config.fusion)
+            == (3, 1.0, "chat", "never", "rrf"))
     (tmp_path / "run.json").write_text(json.dumps({"pages": 5}))
     assert AskConfig.from_file(tmp_path / "run.json").pages == 5
     args = build_parser().parse_args(["ask", "q", "--config", str(toml), "--max-rounds", "1", "--pages", "4"])
     config = _ask_config(args)  # the file, then the options given on the command line
     assert (config.max_rounds, config.answerer, config.pages, config.fusion) == (1, "chat", 4, "rrf")
     assert _ask_config(build_parser().parse_args(["ask", "q"])) == AskConfig()
-    assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--hyde", "always"])).hyde == "always"
+    assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml),
+                                                  "--hyde", "always"])).hyde == "always"
     toml.write_text("rerank = true\n")
     assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml)])).rerank
     assert not _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--no-rerank"])).rerank
@@ -43,7 +45,8 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     ("max_rounds = 0\n", "max_rounds must be >= 1"),
     ("max_rounds = \n", "is not valid TOML"),
     ('fusion = "bogus"\n', "fusion must be one of"),
-    ("reader_pages = 0\n", "reader_pages (--pages with the reader) is the number of pages read and must be >= 1, got 0"),
+    ("reader_pages = 0\n",
+     "reader_pages (--pages with the reader) is the number of pages read and must be >= 1, got 0"),
 ])
 def test_ask_config_file_errors_say_what_is_wrong(tmp_path, text, message):
     path = tmp_path / "run.toml"
@@ -79,7 +82,8 @@ def test_eval_refuses_a_chat_reranker_without_a_local_model(tmp_path, capsys):
 def test_eval_refuses_end_to_end_options_it_would_ignore(tmp_path, capsys, mode):
     from docrefrag.cli import main
 
-    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), mode, "--extractor", "local"])
+    rc = main(["eval", "mmlongbench", "--data", str(tmp_path), "--store", str(tmp_path / "s"), mode,
+               "--extractor", "local"])
     err = capsys.readouterr().err
     assert rc != 0 and f"--extractor applies only to end-to-end runs; drop {mode} or --extractor" in err
     assert not (tmp_path / "s").exists()  # refused before anything was opened

@@ -23,7 +23,8 @@ def test_a_store_path_that_is_a_file_or_a_damaged_catalog_is_one_clear_error(tmp
     assert report.read_bytes() == b"%PDF-1.4 not a store"
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "catalog.sqlite").write_bytes(random.Random(2).randbytes(4096))
-    with pytest.raises(StoreError, match=r"catalog .*catalog.sqlite is damaged .*ingest the documents into a new store"):
+    with pytest.raises(StoreError,
+                       match=r"catalog .*catalog.sqlite is damaged .*ingest the documents into a new store"):
         Store(tmp_path / "store")
 
 

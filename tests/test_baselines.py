@@ -38,7 +38,8 @@ def test_every_pipeline_reads_its_pages_and_a_rerun_resumes(tmp_path, store, ing
     top20 = run_pipeline("top-20 selective", q, result.doc_id, store, searcher, tiny_reader)
     assert len(reranked) == 5 and set(reranked) <= set(top20)
     out = tmp_path / "baselines.jsonl"
-    (row,) = evaluate_baselines(store, searcher, tiny_reader, [q], {"survey.pdf": result.doc_id}, out, show_progress=False)
+    (row,) = evaluate_baselines(store, searcher, tiny_reader, [q], {"survey.pdf": result.doc_id}, out,
+                                show_progress=False)
     for name in PIPELINES:
         cell = row[name]
         assert cell["score"] in (0.0, 1.0) and cell["seconds"] > 0

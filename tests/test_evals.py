@@ -53,7 +53,8 @@ def test_longdocurl_in_mmlongbench_style_fields_gets_its_own_formats(tmp_path):
     questions = load_questions("longdocurl", tmp_path)
     assert [q.answer_format for q in questions] == ["Integer", "String", "Float"]
     assert [mmlongbench_format(q) for q in questions] == ["Int", "Str", "Float"]
-    assert [score(q, p) for q, p in zip(questions, ["$150000", "university project", "0.5"], strict=True)] == [1.0, 1.0, 1.0]
+    assert [score(q, p) for q, p in zip(questions, ["$150000", "university project", "0.5"],
+                                        strict=True)] == [1.0, 1.0, 1.0]
 
 
 def test_documents_as_pdfs_or_page_image_folders(tmp_path):
@@ -68,7 +69,8 @@ def test_documents_as_pdfs_or_page_image_folders(tmp_path):
         {"doc_id": d, "question": "Q", "answer": "1", "evidence_pages": "[1]", "evidence_sources": "[]",
          "answer_format": "Int"} for d in ("4000400.pdf", "4055915.pdf", "missing.pdf")]))
     present, missing = split_available(load_questions("mmlongbench", tmp_path), sources)
-    assert [q.doc_name for q in present] == ["4000400.pdf", "4055915.pdf"] and [q.doc_name for q in missing] == ["missing.pdf"]
+    assert [q.doc_name for q in present] == ["4000400.pdf", "4055915.pdf"]
+    assert [q.doc_name for q in missing] == ["missing.pdf"]
 
 
 def test_retrieval_metrics_by_hand():
@@ -141,7 +143,8 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
     variants = ["question", "rules", "hyde", "decomposition", "hyde+decomposition", "hyde-on-disagreement",
                 "decomposition-on-disagreement", "hyde+decomposition-on-disagreement"]
     assert list(plan_variants(planner(question), question, True, True)) == variants
-    assert set(report.methods) == {f"{v}/{m}" for v in variants for m in ("sparse", "dense", "rrf", "sum", "consistency")}
+    assert set(report.methods) == {f"{v}/{m}" for v in variants
+                                   for m in ("sparse", "dense", "rrf", "sum", "consistency")}
     row = json.loads((tmp_path / "p.jsonl").read_text())
     alone = evaluate_retrieval(store, searcher, [q], {"survey.pdf": result.doc_id}, tmp_path / "q.jsonl",
                                show_progress=False)
@@ -170,7 +173,8 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
         adaptive = json.loads(out.read_text())
         for v in ("hyde", "decomposition", "hyde+decomposition"):
             for m in ("sparse", "dense", "consistency"):
-                assert adaptive[f"{v}-on-disagreement/{m}"]["ranked"] == adaptive[f"{v if disagree else 'rules'}/{m}"]["ranked"]
+                assert (adaptive[f"{v}-on-disagreement/{m}"]["ranked"]
+                        == adaptive[f"{v if disagree else 'rules'}/{m}"]["ranked"])
     assert adaptive["hyde/dense"]["ranked"] != adaptive["hyde-on-disagreement/dense"]["ranked"]
     assert adaptive["decomposition/sparse"]["ranked"] != adaptive["decomposition-on-disagreement/sparse"]["ranked"]
 
@@ -180,7 +184,8 @@ def test_accuracy_by_budget_plot(tmp_path):
     from matplotlib import image
 
     rows = [{"p": p, "selector": name, "accuracy": acc} for name, accs in
-            {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items() for p, acc in zip((0.1, 0.2, 0.3), accs, strict=True)]
+            {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items()
+            for p, acc in zip((0.1, 0.2, 0.3), accs, strict=True)]
     out = accuracy_by_budget(rows, tmp_path / "p.png", "test")
     pixels = image.imread(out)[..., :3]
     assert pixels.shape[0] > 100 and pixels.shape[1] > 100
@@ -192,14 +197,17 @@ def test_accuracy_by_budget_plot(tmp_path):
 def test_answers_markdown_report_has_every_breakdown(tmp_path):
     from docrefrag.evals.report import answers_markdown
 
-    summary = {"benchmark": "mmlongbench", "date": "2026-11-30", "questions": 3, "extraction": "none", "accuracy": 1 / 3,
-               "by_evidence_pages": {"Single-page": {"accuracy": 0.5, "count": 2}, "Unanswerable": {"accuracy": 0.0, "count": 1}},
+    summary = {"benchmark": "mmlongbench", "date": "2026-11-30", "questions": 3, "extraction": "none",
+               "accuracy": 1 / 3,
+               "by_evidence_pages": {"Single-page": {"accuracy": 0.5, "count": 2},
+                                     "Unanswerable": {"accuracy": 0.0, "count": 1}},
                "cross_element": {"accuracy": 0.25, "count": 4}, "latency_s": {"p50": 1.5, "p95": 3.25},
                "settings": {"encoder": "layout-grid", "config": {"pages": 8, "tau": 0.6}, "extractor": None}}
     text = answers_markdown(summary, tmp_path / "lat.png")  # the settings (strings, nested dicts) crashed it
     assert text.startswith("# mmlongbench end to end (3 questions, 2026-11-30)")
     assert "| accuracy | 0.333 |" in text and "| extraction | none |" in text
-    assert "## by evidence pages" in text and "| Single-page | 0.500 | 2 |" in text and "| Unanswerable | 0.000 | 1 |" in text
+    assert ("## by evidence pages" in text and "| Single-page | 0.500 | 2 |" in text
+            and "| Unanswerable | 0.000 | 1 |" in text)
     assert "| cross element | 0.250 (4 questions) |" in text and "| latency s | p50 1.50, p95 3.25 |" in text
     assert "## settings" in text and '"encoder": "layout-grid"' in text and '"tau": 0.6' in text
     assert text.rstrip().endswith("![latency](lat.png)")
@@ -278,10 +286,12 @@ def test_fusion_stress_bench_rebuilds_the_dense_score_from_its_terms(tmp_path):
                             "sparse": [0.0] * 10, "dense": [c + p for c, p in zip(chunks, pooled, strict=True)],
                             "dense_chunks": chunks, "dense_pooled": pooled}) + "\n")
     def recall1(weight):  # the dense branch's recall@5 with n=1 candidate: is page 7 its top page?
-        return stress(dump, seeds=1, params={}, n=1, pooled_weight=weight).splitlines()[2].strip("| ").split(" | ")[1 + METHODS.index("dense")]
+        return (stress(dump, seeds=1, params={}, n=1, pooled_weight=weight).splitlines()[2].strip("| ")
+                .split(" | ")[1 + METHODS.index("dense")])
     assert recall1(None) == recall1(0.5) == "1.000" and recall1(0.0) == "0.000"
     old = tmp_path / "old.jsonl"
-    old.write_text(json.dumps({"qid": "0", "doc": "a.pdf", "evidence": [7], "pages": [7], "sparse": [0.0], "dense": [1.0]}) + "\n")
+    old.write_text(json.dumps({"qid": "0", "doc": "a.pdf", "evidence": [7], "pages": [7], "sparse": [0.0],
+                               "dense": [1.0]}) + "\n")
     with pytest.raises(SystemExit, match="no dense_chunks / dense_pooled terms"):
         stress(old, seeds=1, params={}, n=1, pooled_weight=0.5)
 
@@ -335,7 +345,8 @@ def test_reader_eval_questions_have_one_evidence_page_inside_a_ready_document(tm
     (tmp_path / "samples.json").write_text(json.dumps([
         {"doc_id": doc, "question": f"Q{i}?", "answer": answer, "evidence_pages": pages, "evidence_sources": "[]",
          "answer_format": "Int" if answer == "7" else "None"} for i, (doc, pages, answer) in enumerate(rows)]))
-    docs = [SimpleNamespace(name="a.pdf", n_pages=12, status="ready"), SimpleNamespace(name="b.pdf", n_pages=5, status="ingesting")]
+    docs = [SimpleNamespace(name="a.pdf", n_pages=12, status="ready"),
+            SimpleNamespace(name="b.pdf", n_pages=5, status="ingesting")]
     questions = load_questions("mmlongbench", tmp_path)
     assert [q.question for q in single_evidence_questions(questions, docs, 10)] == ["Q0?", "Q7?"]
     assert [q.question for q in single_evidence_questions(questions, docs, 1)] == ["Q0?"]
@@ -362,9 +373,12 @@ def test_abstention_signals_are_ranked_by_auroc_and_scored_as_abstaining_below_a
     from docrefrag.evals.bench_abstention import auroc, summarise
 
     assert auroc([0.9, 0.8], [0.1, 0.8]) == 0.875  # 3 of 4 pairs ordered, one tie counted half
-    rows = [{"answerable": True, "score": 1.0, "abstain_score": 0.0, "confidence": 0.9, "lexical": 1.0, "answer_logprob": -0.1},
-            {"answerable": True, "score": 0.0, "abstain_score": 0.0, "confidence": 0.3, "lexical": 0.0, "answer_logprob": -2.0},
-            {"answerable": False, "score": 0.0, "abstain_score": 1.0, "confidence": 0.2, "lexical": 1.0, "answer_logprob": -1.0},
+    rows = [{"answerable": True, "score": 1.0, "abstain_score": 0.0, "confidence": 0.9, "lexical": 1.0,
+             "answer_logprob": -0.1},
+            {"answerable": True, "score": 0.0, "abstain_score": 0.0, "confidence": 0.3, "lexical": 0.0,
+             "answer_logprob": -2.0},
+            {"answerable": False, "score": 0.0, "abstain_score": 1.0, "confidence": 0.2, "lexical": 1.0,
+             "answer_logprob": -1.0},
             {"answerable": False, "score": 1.0, "abstain_score": 1.0, "confidence": None, "lexical": None,
              "answer_logprob": None}]  # the system abstained itself
     out = summarise(rows)
@@ -394,7 +408,8 @@ def test_candidates_rank_best_first_with_ties_in_order():
 
     assert best_first(np.array([0.1, 0.5, 0.5, -1.0])).tolist() == [1, 2, 0, 3]
     nan = float("nan")
-    cands = Candidates(["d"], [("d", 1), ("d", 2), ("d", 3)], np.array([1.0, 3.0, nan]), np.array([nan, 0.2, 0.9]), None)
+    cands = Candidates(["d"], [("d", 1), ("d", 2), ("d", 3)], np.array([1.0, 3.0, nan]), np.array([nan, 0.2, 0.9]),
+                       None)
     assert cands.ranked("sparse") == [("d", 2), ("d", 1), ("d", 3)]
     fused = cands.fuse("consistency")[0]
     assert cands.ranked("consistency") == [cands.keys[i] for i in np.argsort(-fused, kind="stable")]

@@ -134,7 +134,8 @@ def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
     assert short_answer("New York.") == "New York"
     for kept in ("U.S.", "Apple Inc.", "Washington, D.C.", "10 a.m.", "The answer is"):  # abbreviations, a bare lead-in
         assert short_answer(kept) == kept
-    assert short_answer("The answer is not in the document.") == "Not answerable"  # an abstention, before the lead-in goes
+    # an abstention, before the lead-in goes
+    assert short_answer("The answer is not in the document.") == "Not answerable"
 
 
 def test_abstentions_are_written_as_not_answerable():

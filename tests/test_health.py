@@ -24,7 +24,8 @@ def test_pseudo_queries_are_windows_of_a_chunk_and_the_same_for_the_same_documen
     for page, query in queries:
         text = dict(CHUNKS)[page]
         assert len(query.split()) == 12 and query in text
-    more = [page for page, _ in pseudo_queries("doc-a", CHUNKS, n=10, words=12)]  # every chunk thrice before any a 4th time
+    # every chunk thrice before any a 4th time
+    more = [page for page, _ in pseudo_queries("doc-a", CHUNKS, n=10, words=12)]
     assert len(more) == 10 and sorted(more.count(p) for p in (2, 3, 4)) == [3, 3, 4]
     windows = {tuple(q for _, q in pseudo_queries(f"doc-{i}", CHUNKS[3:], n=1, words=12)) for i in range(10)}
     assert len(windows) > 1  # another document, another draw
@@ -192,8 +193,9 @@ def test_the_benchmark_harness_ingests_as_the_api_does(tmp_path, store, embedder
 
     light_pdf(tmp_path / "documents" / "survey.pdf", pages=8)
     (tmp_path / "samples.json").write_text(json.dumps([
-        {"doc_id": "survey.pdf", "doc_type": "Guidebook", "question": "How many badgers near station s004?", "answer": "3",
-         "evidence_pages": "[4]", "evidence_sources": "['Pure-text (Plain-text)']", "answer_format": "Int"}]))
+        {"doc_id": "survey.pdf", "doc_type": "Guidebook", "question": "How many badgers near station s004?",
+         "answer": "3", "evidence_pages": "[4]", "evidence_sources": "['Pure-text (Plain-text)']",
+         "answer_format": "Int"}]))
     present, doc_ids, missing = prepare("mmlongbench", tmp_path, store, None, False, embedder)
     assert len(present) == 1 and missing == 0
     health = store.branch_health([doc_ids["survey.pdf"]])[doc_ids["survey.pdf"]]  # measured at the ingest's end

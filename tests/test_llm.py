@@ -163,10 +163,12 @@ def test_a_local_model_with_damaged_weights_is_one_clear_error(tmp_path):
     from docrefrag.agents.llm import LocalChatModel
     from docrefrag.core.weights import model_dir
 
-    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "chat_template.jinja"):
         if (model_dir("smollm2") / name).is_file():
             shutil.copy(model_dir("smollm2") / name, tmp_path / name)
-    (tmp_path / "model.safetensors").write_bytes((model_dir("smollm2") / "model.safetensors").read_bytes()[:4096])  # cut short
+    # cut short
+    (tmp_path / "model.safetensors").write_bytes((model_dir("smollm2") / "model.safetensors").read_bytes()[:4096])
     with pytest.raises(ValueError, match="could not be loaded .*complete Hugging Face causal LM") as e:
         LocalChatModel(path=tmp_path).invoke("hello")
     assert str(tmp_path) in str(e.value) and "\n" not in str(e.value)

@@ -46,7 +46,8 @@ def test_plan_question_keeps_the_usable_sub_questions():
     llm, _ = scripted(reply)
     plan, notes = plan_question(question, llm, decompose=True, hyde=False)
     # numbering and "Question:" stripped; the question itself, an off-topic line, a non-question and a repeat dropped
-    assert plan.sub_queries[1:] == ["Which operator carried 4,812 passengers?", "In which year did Northfield Central open?"]
+    assert plan.sub_queries[1:] == ["Which operator carried 4,812 passengers?",
+                                    "In which year did Northfield Central open?"]
     assert notes == []
 
 

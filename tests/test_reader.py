@@ -117,7 +117,8 @@ def test_a_batch_decodes_each_row_as_it_decodes_alone_and_stops_each_row_on_its_
     reader = tiny_reader(tokenizer)
     with torch.no_grad():  # two rows of one length: the same question over other pages, compressed
         embeds = torch.stack([reader.build("Which year?", c, torch.zeros(c.shape[:2], dtype=torch.bool),
-                                           ANSWER_SUFFIX).embeds for c in (reader.chunks(pages(2, seed=s)) for s in (1, 2))])
+                                           ANSWER_SUFFIX).embeds
+                              for c in (reader.chunks(pages(2, seed=s)) for s in (1, 2))])
         start = time.perf_counter()
         rows, ttft, tpot = reader.decode_batch(embeds, 6, start, stop=False)
         alone = [reader.decode(e, 6, start, stop=False)[0] for e in embeds]
@@ -227,7 +228,8 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
     assert not torch.allclose(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens))
     load_checkpoint(fresh, path, "enc-a")
     for part in ("norm", "projector", "aligner", "selector"):  # stored in float16, loaded into float32
-        for (name, a), b in zip(getattr(fresh, part).named_parameters(), getattr(trained, part).parameters(), strict=True):
+        for (name, a), b in zip(getattr(fresh, part).named_parameters(), getattr(trained, part).parameters(),
+                                strict=True):
             assert torch.equal(a, b.half().float()), name
     torch.testing.assert_close(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens), atol=1e-2, rtol=1e-2)
     with pytest.raises(CheckpointError, match="encoder 'enc-a'"):
@@ -273,7 +275,8 @@ def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
     rand = next(r for r in loss if r["selector"] == "random")
     assert rand["minus_random"] == 0.0 == rand["minus_random_se"]
     for r in loss:  # the paired difference is that of the per-question losses
-        assert r["minus_random"] == pytest.approx(np.mean(np.subtract(r["per_question"], rand["per_question"])), abs=2e-4)
+        assert r["minus_random"] == pytest.approx(np.mean(np.subtract(r["per_question"], rand["per_question"])),
+                                                  abs=2e-4)
 
 
 def native_regions(reader, n: int) -> tuple[list[list[list[str]]], list[list[list[int]]]]:

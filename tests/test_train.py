@@ -83,7 +83,8 @@ def test_a_stage_run_in_several_sittings_records_each_one(tiny_decoder, tmp_path
     config = TrainConfig(out=tmp_path, docs=2, pages=4, steps=2, decoder=tiny_decoder,
                          examples=ExampleConfig(noisy_pages=(1, 2)), save_every=1)
     sittings = [(config, "first sitting"), (dataclasses.replace(config, steps=3), "second sitting"),
-                (dataclasses.replace(config, steps=3), "nothing left to do")]  # resumed with a larger budget, then again
+                (dataclasses.replace(config, steps=3), "nothing left to do")]
+    # resumed with a larger budget, then again
     for cfg, command in sittings:
         t = Trainer(cfg, CorpusIndex, mmlongbench_score, show_progress=False)
         try:
@@ -92,7 +93,8 @@ def test_a_stage_run_in_several_sittings_records_each_one(tiny_decoder, tmp_path
             t.close()
     record = read_checkpoint_config(checkpoint_path(config, "stage1"))["stages"][-1]
     assert record["steps"] == 3 and record["command"] == "nothing left to do"
-    assert [(s["command"], s["steps"]) for s in record["segments"]] == [("first sitting", [0, 2]), ("second sitting", [2, 3])]
+    assert [(s["command"], s["steps"]) for s in record["segments"]] == [("first sitting", [0, 2]),
+                                                                         ("second sitting", [2, 3])]
     assert all(s["minutes"] >= 0 for s in record["segments"])
 
 

@@ -123,8 +123,10 @@ def test_vector_search_scores_one_term_alone(index):
     chunks_of = fill(index)
     query = near(chunks_of[("doc-a", 4)][0])
     best = index.vector_search(query, "chunks", k=15)
-    pooled = {(h.doc_id, h.page): h.score for h in index.vector_search(query, "pooled", k=15, doc_ids=["doc-a", "doc-b"])}
-    assert [h.score for h in best] == pytest.approx(sorted((float((c @ query).max()) for c in chunks_of.values()), reverse=True), abs=1e-5)
+    pooled = {(h.doc_id, h.page): h.score
+              for h in index.vector_search(query, "pooled", k=15, doc_ids=["doc-a", "doc-b"])}
+    assert [h.score for h in best] == pytest.approx(
+        sorted((float((c @ query).max()) for c in chunks_of.values()), reverse=True), abs=1e-5)
     assert {d for d, _ in pooled} == {"doc-a", "doc-b"} and len(pooled) == 10
     for hit in index.search(query, k=15, doc_ids=["doc-a"]):
         chunk_score = float((chunks_of[(hit.doc_id, hit.page)] @ query).max())

@@ -342,7 +342,8 @@ def test_real_models_fetch_and_run(tmp_path, monkeypatch):
           f"smollm2 dequantise {rows['smollm2']['manifest']['derived_from']['seconds']} s; "
           f"full verify of both {time.perf_counter() - t1:.2f} s")
     assert all(rows[name]["verified"] for name in weights_registry.DEFAULT_FETCH), rows
-    assert not any(r["cached"] for name, r in rows.items() if name not in weights_registry.DEFAULT_FETCH)  # fetched by name only
+    # fetched by name only
+    assert not any(r["cached"] for name, r in rows.items() if name not in weights_registry.DEFAULT_FETCH)
 
     path = weights.model_dir("minilm")
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
