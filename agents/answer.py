@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.prompts import NOT_ANSWERABLE
@@ -28,8 +31,6 @@ from docrefrag.core.chunking import box_overlap, chunk_box, region_words
 from docrefrag.indexes.bm25 import tokenize
 from docrefrag.indexes.catalog import ChunkRecord
 from docrefrag.indexes.store import Store
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
 
 logger = logging.getLogger(__name__)
 

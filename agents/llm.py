@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from docrefrag.core.decoding import load_causal_lm, token_steps
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.chat_models import BaseChatModel, generate_from_stream
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from pydantic import Field, model_validator
+
+from docrefrag.core.decoding import load_causal_lm, token_steps
 
 _ROLES = {SystemMessage: "system", HumanMessage: "user", AIMessage: "assistant"}
 

@@ -19,10 +19,11 @@ import os
 import re
 from pathlib import Path
 
+from langchain_core.language_models.chat_models import BaseChatModel
+
 from docrefrag.agents.endpoint import OpenAIEndpoint
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.plugins import load_object
-from langchain_core.language_models.chat_models import BaseChatModel
 
 SPEC_FORMS = ('"local"', '"local:/path/to/hf-model-dir"', '"local:qwen-coder-1.5b" (a fetched decoder)', '"openai:MODEL@http://HOST:PORT/v1"',
               '"package.module:factory"')

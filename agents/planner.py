@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import re
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.schemas import EvidenceType, Plan
 from docrefrag.indexes.bm25 import STOPWORDS
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import page_texts
 from docrefrag.agents.llm import LocalChatModel

@@ -13,11 +13,12 @@ import json
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+
 from docrefrag.agents.plugins import load_object
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
-from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 ToolFactory = Callable[[Store, HybridSearcher], BaseTool]
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import re
 
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText, is_unanswerable
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.schemas import Claim, Verdict
 from docrefrag.indexes.bm25 import tokenize
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 

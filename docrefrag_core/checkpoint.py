@@ -23,9 +23,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
+
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.weights_verify import sha256_file
-from safetensors.torch import load_file, save_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"

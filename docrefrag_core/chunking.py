@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+
 from docrefrag.core.config import CHUNK_K
 from docrefrag.core.page import Word
 

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from docrefrag.core.synthetic import Fact
 from tqdm import tqdm
+
+from docrefrag.core.synthetic import Fact
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+from PIL import Image
+
 from docrefrag.core.config import EncoderConfig
 from docrefrag.core.page import BLOCK_KINDS, PageInput
-from PIL import Image
 
 if TYPE_CHECKING:
     from docrefrag.core.text_embedder import TextEmbedder

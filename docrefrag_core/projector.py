@@ -11,8 +11,9 @@ and position parts of a token, which live on very different scales, reach the ML
 from __future__ import annotations
 
 import torch
-from docrefrag.core.config import ReaderConfig
 from torch import nn
+
+from docrefrag.core.config import ReaderConfig
 
 
 class ChunkProjector(nn.Module):

@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.decoding import load_causal_lm, shared_weights_copy, token_steps
 from docrefrag.core.projector import ChunkProjector, TokenAligner
 from docrefrag.core.selector import ChunkSelector, Selector, budget
-from torch import nn
 
 logger = logging.getLogger(__name__)
 

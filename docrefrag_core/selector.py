@@ -17,8 +17,9 @@ import math
 from typing import Protocol
 
 import torch
-from docrefrag.core.config import ReaderConfig
 from torch import nn
+
+from docrefrag.core.config import ReaderConfig
 
 
 def budget(p: float, n_pages: int, chunks_per_page: int) -> int:

@@ -35,12 +35,13 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
+
 from docrefrag.core.config import TrainConfig
 from docrefrag.core.grpo import group_advantages, grpo_loss
 from docrefrag.core.longrag import PageSearch
 from docrefrag.core.selector import budget, sample_selection, selection_log_prob
 from docrefrag.core.train_data import Corpus, Example, ExampleSampler, build_corpus
-from tqdm.auto import tqdm
 
 logger = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from docrefrag.core.chunking import box_overlap, chunk_box
 from docrefrag.core.config import ExampleConfig
 from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence

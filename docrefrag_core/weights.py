@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import platformdirs
+
 from docrefrag.core.weights_registry import DEFAULT_FETCH, MODELS, ModelSpec, _spec
 from docrefrag.core.weights_verify import (
     MANIFEST,

@@ -16,9 +16,10 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from docrefrag.core.weights_registry import ModelSpec
 from docrefrag.core.weights_verify import ModelCorruptedError
-from tqdm.auto import tqdm
 
 logger = logging.getLogger(__name__)
 

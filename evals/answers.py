@@ -19,6 +19,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_openai import ChatOpenAI
+from tqdm import tqdm
+
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.prompts import NOT_ANSWERABLE
@@ -31,10 +36,6 @@ from docrefrag.graph.context import AskConfig
 from docrefrag.graph.run import run_ask
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_openai import ChatOpenAI
-from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 

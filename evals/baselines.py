@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
+
 from docrefrag.agents.rerank import reader_reranker, reorder
 from docrefrag.core.selector import AllSelector
 from docrefrag.evals.answers import score
@@ -30,7 +32,6 @@ from docrefrag.evals.datasets import Question
 from docrefrag.evals.jsonl import load_rows
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
-from tqdm import tqdm
 
 PIPELINES = ("sparse top-5", "dense top-5", "rrf top-5", "consistency top-5", "top-5 full", "top-20 reranked to 5",
              "top-20 selective")

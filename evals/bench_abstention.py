@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import is_unanswerable, page_texts
 from docrefrag.agents.llm import LocalChatModel

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from docrefrag.evals.metrics import bootstrap_se, recall_at
 from docrefrag.indexes.fusion import fuse, minmax
 from docrefrag.indexes.health import BranchHealth, health_of

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+
 from docrefrag.evals.bench_qdrant_engines import (
     DIM,
     ENGINES,
@@ -96,8 +97,9 @@ def child_main(engine: str, path: Path, doc_id: str, n_queries: int) -> dict:
 
         open_fn, query_fn = client_local_open, client_local_query
     elif engine == "visual-index":
-        import docrefrag.indexes.visual  # noqa: F401
         import qdrant_edge  # noqa: F401
+
+        import docrefrag.indexes.visual  # noqa: F401
 
         open_fn, query_fn = visual_index_open, visual_index_query
     else:

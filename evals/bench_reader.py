@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from docrefrag.core.selector import AllSelector, NoneSelector
 from docrefrag.evals.bench_ingest import PeakRSS
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from docrefrag.core.selector import AllSelector, NoneSelector, RandomSelector, SimilaritySelector
 from docrefrag.evals.metrics import bootstrap_se
 from docrefrag.evals.report import accuracy_by_budget

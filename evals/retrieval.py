@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
+
 from docrefrag.agents.planner import DISAGREEMENT, disagrees
 from docrefrag.agents.rerank import Reranker, reorder
 from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
@@ -32,7 +34,6 @@ from docrefrag.evals.jsonl import load_rows
 from docrefrag.evals.metrics import KS, mean_metrics, retrieval_metrics
 from docrefrag.indexes.hybrid import Candidates, Hit, HybridSearcher
 from docrefrag.indexes.store import Store
-from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 

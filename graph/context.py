@@ -9,12 +9,13 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from langchain_core.language_models import BaseChatModel
+
 from docrefrag.agents.planner import DISAGREEMENT
 from docrefrag.graph.modes import PLAN_MODES, PlanMode
 from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS, FusionMethod
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
-from langchain_core.language_models import BaseChatModel
 
 
 def _fits(value: Any, expected: type) -> bool:

@@ -22,6 +22,10 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Literal
 
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
 from docrefrag.agents.endpoint import invoke_llm
@@ -35,9 +39,6 @@ from docrefrag.agents.validation import validate
 from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.state import AskState
 from docrefrag.indexes.hybrid import Hit
-from langchain_core.messages import HumanMessage
-from langgraph.graph import END, START, StateGraph
-from langgraph.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

@@ -10,14 +10,15 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from langchain_core.language_models import BaseChatModel
+from langgraph.checkpoint.sqlite import SqliteSaver
+
 from docrefrag.agents.answer import is_unanswerable
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.graph import build_graph
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
-from langchain_core.language_models import BaseChatModel
-from langgraph.checkpoint.sqlite import SqliteSaver
 
 
 @dataclass

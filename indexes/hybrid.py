@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from docrefrag.indexes.bm25 import ScopeScores
 from docrefrag.indexes.fusion import DEFAULT_METHOD, Diagnostics, FusionMethod, fuse_with_diagnostics
 from docrefrag.indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries

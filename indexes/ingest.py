@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from tqdm import tqdm
+
 from docrefrag.core.chunking import retrieval_vectors
 from docrefrag.core.page_encoder import PageEncoder, PageTokens, default_encoder
 from docrefrag.indexes.errors import EncoderError, IngestError, StoreError
@@ -36,7 +38,6 @@ from docrefrag.indexes.pages import (
 )
 from docrefrag.indexes.store import Store
 from docrefrag.indexes.writer import IngestLock
-from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 

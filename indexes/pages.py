@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from PIL import Image
+
 from docrefrag.core.page import Block, PageInput, Word
 from docrefrag.core.pdf import pymupdf
 from docrefrag.indexes.errors import IngestError
-from PIL import Image
 
 logger = logging.getLogger(__name__)
 

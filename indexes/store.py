@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
 from docrefrag.core.page import Block, Word
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.bm25 import BM25Index

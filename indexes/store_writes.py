@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.catalog import DocInfo
 from docrefrag.indexes.pages import ParsedPage

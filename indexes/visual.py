@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
+
 from docrefrag.core.config import CHUNK_K, GRID
 from docrefrag.indexes.visual_backends import (
     CHUNKS,

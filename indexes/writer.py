@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import portalocker  # a dependency of qdrant-client; cross-platform file lock
+
 from docrefrag.indexes.errors import StoreError
 
 LOCK_NAME = "ingest.lock"

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import pymupdf
 import pytest
-from docrefrag.agents import prompts
-from docrefrag.indexes.ingest import Ingestor, IngestResult
-from docrefrag.indexes.store import Store
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
+
+from docrefrag.agents import prompts
+from docrefrag.indexes.ingest import Ingestor, IngestResult
+from docrefrag.indexes.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 TABLES = ("documents", "pages", "chunks", "tokens")
@@ -40,6 +41,7 @@ def subprocess_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def embedder():
     import torch
+
     from docrefrag.core.text_embedder import TextEmbedder
 
     torch.set_num_threads(1)

@@ -5,9 +5,10 @@ generated report asked through the graph.
 from __future__ import annotations
 
 from conftest import ANSWER_PAGE, HYDE, QUESTION, _Prompts, scripted
-from docrefrag.graph.context import AskConfig
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
+
+from docrefrag.graph.context import AskConfig
 
 
 def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from conftest import HYDE, QUESTION, REPO, scripted, subprocess_env
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
 from docrefrag.agents.endpoint import LLMUnavailableError
 from docrefrag.indexes.store import Store
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
 
 def unavailable_llm() -> GenericFakeChatModel:

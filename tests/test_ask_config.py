@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+
 from docrefrag.graph.context import AskConfig
 
 

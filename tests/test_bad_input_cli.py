@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, subprocess_env
+
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+
 from docrefrag.core.synthetic_report import sample_report
 from docrefrag.indexes import ingest as ingest_module
 from docrefrag.indexes.hybrid import HybridSearcher

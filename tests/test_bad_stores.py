@@ -11,6 +11,7 @@ import shutil
 import socket
 
 import pytest
+
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.store import Store
 
@@ -79,9 +80,8 @@ def test_a_store_of_another_page_encoder_is_refused_for_search_and_ask(tmp_path,
 
 
 def test_a_store_being_ingested_is_refused_before_any_model_loads(tmp_path, ingest, light_pdf):
-    from docrefrag.indexes.writer import IngestLock
-
     from docrefrag import DocRefrag
+    from docrefrag.indexes.writer import IngestLock
 
     root = tmp_path / "store"
     with Store(root, create=True) as store:

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 from conftest import tiny_llama
+
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.reader import DocRefragReader
 from docrefrag.evals.baselines import PIPELINES, evaluate_baselines, run_pipeline, summary_table
@@ -19,8 +20,9 @@ from docrefrag.indexes.hybrid import HybridSearcher
 
 @pytest.fixture(scope="module")
 def tiny_reader():
-    from docrefrag.core.weights import model_dir
     from transformers import AutoTokenizer
+
+    from docrefrag.core.weights import model_dir
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
     decoder = tiny_llama(tokenizer, seed=0).eval()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from docrefrag.indexes.bm25 import BM25Index, tokenize
 from rank_bm25 import BM25Okapi
+
+from docrefrag.indexes.bm25 import BM25Index, tokenize
 
 VOCAB = [f"w{i}" for i in range(30)]
 COMMON = "ubiquitous"  # put in about 80% of the pages: df > N/2, so its raw idf is negative

@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pymupdf
 import pytest
+
 from docrefrag.core.chunking import chunk_box, merge_chunks, retrieval_vectors, split_chunks
 from docrefrag.core.page import Block, PageInput
 from docrefrag.core.page_encoder import VISUAL_FEATURES, grid_positions

@@ -17,11 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
-from docrefrag.agents.endpoint import LLMUnavailableError, OpenAIEndpoint, invoke_llm
-from docrefrag.agents.llm_factory import make_llm
 from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
+
+from docrefrag.agents.endpoint import LLMUnavailableError, OpenAIEndpoint, invoke_llm
+from docrefrag.agents.llm_factory import make_llm
 
 QUESTION = [SystemMessage("You answer briefly."), HumanMessage("What is the capital of France?")]
 

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+
 from docrefrag.evals.datasets import document_sources, load_questions, mmlongbench_format, split_available
 from docrefrag.evals.jsonl import load_rows
 from docrefrag.evals.metrics import mean_metrics, retrieval_metrics
@@ -111,9 +112,10 @@ def test_a_log_resumes_only_under_its_own_settings(tmp_path, caplog):
 
 
 def test_run_settings_tell_models_apart():
+    from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
+
     from docrefrag.agents.llm_factory import make_llm
     from docrefrag.evals.run import model_identity
-    from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 
     a, b = (make_llm(f"openai:m@http://127.0.0.1:{port}/v1") for port in (8000, 8001))
     assert model_identity(a) != model_identity(b) and model_identity(a)["model"] == "m"
@@ -180,8 +182,9 @@ def test_one_planner_run_gives_the_whole_planner_ablation(tmp_path, store, inges
 
 
 def test_accuracy_by_budget_plot(tmp_path):
-    from docrefrag.evals.report import accuracy_by_budget
     from matplotlib import image
+
+    from docrefrag.evals.report import accuracy_by_budget
 
     rows = [{"p": p, "selector": name, "accuracy": acc} for name, accs in
             {"random": (0.1, 0.2, 0.3), "similarity": (0.3, 0.5, 0.6)}.items()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.extraction import EXTRACTION_PROMPT, extraction_messages, parse_extraction
 from docrefrag.evals.score_mmlongbench import mmlongbench_score

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+
 from docrefrag.core.chunking import retrieval_vectors
 from docrefrag.indexes import ingest as ingest_module
 from docrefrag.indexes.ingest import Ingestor

@@ -8,6 +8,7 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
+
 from docrefrag.indexes.fusion import RRF_K, Diagnostics, FusionConfig, fuse, fuse_with_diagnostics, minmax, ranks
 
 NAN = np.nan
@@ -261,8 +262,9 @@ def test_minmax_and_ranks() -> None:
 
 
 def test_average_ranks_are_scipys_rankdata():
-    from docrefrag.indexes.fusion import _average_ranks
     from scipy.stats import rankdata
+
+    from docrefrag.indexes.fusion import _average_ranks
 
     rng = np.random.default_rng(0)
     assert _average_ranks(np.array([3.0, -np.inf, 1.0, 3.0, -np.inf])).tolist() == [4.5, 1.5, 3.0, 4.5, 1.5]

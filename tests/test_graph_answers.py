@@ -23,9 +23,10 @@ from conftest import (
     retrieved_pages,
     scripted,
 )
-from docrefrag.graph.context import AskConfig
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
+
+from docrefrag.graph.context import AskConfig
 
 
 def test_ask_answers_from_the_table_and_cites_its_region(dr, report):

@@ -5,6 +5,7 @@ and the chat reranker ordering the pages by the local model's relevance.
 from __future__ import annotations
 
 from conftest import FILLER, PAGE_SIZE, QUESTION, entries, nodes_of, retrieved_pages
+
 from docrefrag.graph.context import AskConfig
 
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import pytest
 from conftest import HYDE, NEW_QUERY, QUESTION, entries, nodes_of, prompt_kind, retrieved_pages, scripted
+from langgraph.runtime import Runtime
+
 from docrefrag.evals.answers import first_round_hits
 from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.graph import build_graph
 from docrefrag.graph.state import AskState
-from langgraph.runtime import Runtime
 
 
 def reverse_rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:

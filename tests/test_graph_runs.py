@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from conftest import HYDE, QUESTION, entries, nodes_of, prompt_kind, scripted
+from langgraph.checkpoint.sqlite import SqliteSaver
+
 from docrefrag.agents.endpoint import LLMUnavailableError
+from docrefrag.api import DocRefrag
 from docrefrag.graph.context import AskConfig
 from docrefrag.graph.graph import build_graph
 from docrefrag.indexes.errors import StoreError
-from langgraph.checkpoint.sqlite import SqliteSaver
-
-from docrefrag.api import DocRefrag
 
 
 def assert_plain_data(value, where: str = "state") -> None:

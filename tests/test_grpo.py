@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from docrefrag.core.grpo import group_advantages, grpo_loss, kl_k3
 
 

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pymupdf
 import pytest
+
 from docrefrag.indexes.fusion import fuse, fuse_with_diagnostics
 from docrefrag.indexes.health import MIN_PAGES, QUERIES, BranchHealth, health_of, pseudo_queries
 from docrefrag.indexes.hybrid import HybridSearcher

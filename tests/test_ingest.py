@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pymupdf
 import pytest
+
 from docrefrag.core.synthetic_report import sample_report
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store

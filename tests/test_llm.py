@@ -14,8 +14,9 @@ import itertools
 
 import pytest
 import torch
-from docrefrag.agents.llm import LocalChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from docrefrag.agents.llm import LocalChatModel
 
 QUESTION = [SystemMessage("You answer briefly."), HumanMessage("What is the capital of France?")]
 
@@ -86,6 +87,7 @@ def test_a_reader_shares_the_chat_models_weights_and_its_lora_leaves_the_replies
     """The shipped reader (trained LoRA on q_proj and v_proj) over the same SmolLM2 holds the very
     tensors the chat model runs, yet the chat reply and yes-probabilities are what they were."""
     import numpy as np
+
     from docrefrag.core.checkpoint import read_checkpoint_config
     from docrefrag.core.decoding import load_causal_lm
     from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader

@@ -11,9 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the models load with local_files
 import re
 
 import pytest
+from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
+
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.llm_factory import make_llm
-from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 
 
 def test_make_llm_accepts_its_forms():

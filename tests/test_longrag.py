@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence, build_sequences
 from docrefrag.core.synthetic_training import training_document
 from docrefrag.evals.datasets import load_questions, mmlongbench_format

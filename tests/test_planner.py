@@ -5,6 +5,7 @@ usable, a repeated question, and the bound on sub-questions.
 from __future__ import annotations
 
 from conftest import HYDE, QUESTION, prompt_kind, scripted
+
 from docrefrag.agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
 from docrefrag.indexes.bm25 import STOPWORDS
 

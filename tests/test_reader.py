@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny_llama
+
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.reader import ANSWER_SUFFIX, DocRefragReader
 from docrefrag.core.selector import (
@@ -28,8 +29,9 @@ M, D, Q = 36, 20, 12  # a 6x6 grid of 20-dim tokens; 12-dim questions
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from docrefrag.core.weights import model_dir
     from transformers import AutoTokenizer
+
+    from docrefrag.core.weights import model_dir
 
     return AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
 

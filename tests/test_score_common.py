@@ -5,6 +5,7 @@ formats), and helpers to read the aggregates' groups.
 from __future__ import annotations
 
 import pytest
+
 from docrefrag.evals.score_common import GroupScore
 from docrefrag.evals.score_longdocurl import LONGDOCURL_FORMATS, longdocurl_score
 from docrefrag.evals.score_mmlongbench import MMLONGBENCH_FORMATS, mmlongbench_score

@@ -7,6 +7,8 @@ utils/utils_score_v3.py); the comment beside a case shows the arithmetic where i
 from __future__ import annotations
 
 import pytest
+from test_score_common import _accuracies, _counts
+
 from docrefrag.evals.score_common import GroupScore
 from docrefrag.evals.score_longdocurl import (
     LONGDOCURL_FORMATS,
@@ -14,7 +16,6 @@ from docrefrag.evals.score_longdocurl import (
     longdocurl_prediction,
     longdocurl_score,
 )
-from test_score_common import _accuracies, _counts
 
 LONGDOCURL_CASES = [
     # --- Integer: int() of the cleaned string

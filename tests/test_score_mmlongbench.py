@@ -7,9 +7,10 @@ eval/eval_score.py); the comment beside a case shows the arithmetic where it is 
 from __future__ import annotations
 
 import pytest
+from test_score_common import _accuracies, _counts
+
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.score_mmlongbench import MMLONGBENCH_FORMATS, mmlongbench_aggregate, mmlongbench_score
-from test_score_common import _accuracies, _counts
 
 # (gt, pred, answer_format, expected)
 MMLONGBENCH_CASES = [

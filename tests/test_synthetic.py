@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+
 from docrefrag.core.synthetic import NO_EVIDENCE_BOX, PAGE_KINDS
 from docrefrag.core.synthetic_report import sample_report
 from docrefrag.core.synthetic_training import dense_text_page, training_document

@@ -3,10 +3,11 @@
 import json
 
 import pytest
+from langchain_core.tools import StructuredTool
+
 from docrefrag.agents.tools import ToolRegistry
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
-from langchain_core.tools import StructuredTool
 
 
 def shout_tool(store, searcher):

@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 from conftest import tiny_llama
+
 from docrefrag.core.checkpoint import read_checkpoint_config
 from docrefrag.core.config import ExampleConfig, TrainConfig
 from docrefrag.core.train import STAGES, Trainer, checkpoint_path, is_trained_in
@@ -19,8 +20,9 @@ from docrefrag.indexes.corpus import CorpusIndex
 
 @pytest.fixture(scope="module")
 def tiny_decoder(tmp_path_factory):
-    from docrefrag.core.weights import model_dir
     from transformers import AutoTokenizer
+
+    from docrefrag.core.weights import model_dir
 
     path = tmp_path_factory.mktemp("tiny-decoder")
     tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)

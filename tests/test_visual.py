@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from docrefrag.indexes import visual, visual_backends
 from docrefrag.indexes.visual import VisualIndex
 from docrefrag.indexes.visual_backends import QdrantUnavailableError, VisualHit, VisualIndexLockedError

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from docrefrag.core import weights, weights_registry
 from docrefrag.core.weights_registry import ModelSpec
 from docrefrag.core.weights_verify import ModelCorruptedError, ModelNotFoundError
