@@ -15,36 +15,36 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
 
 
-def _api(args: argparse.Namespace):
+def api(args: argparse.Namespace):
     from docrefrag.api import DocRefrag
 
     return DocRefrag(store=args.store, qdrant_url=args.qdrant_url)
 
 
-def _check_llm_args(args: argparse.Namespace) -> None:
+def check_llm_args(args: argparse.Namespace) -> None:
     if args.llm_timeout <= 0 or args.llm_retries < 0:
         raise ValueError(f"--llm-timeout must be > 0 and --llm-retries >= 0, "
                          f"got {args.llm_timeout} and {args.llm_retries}")
 
 
-def _chat_model(dr, args: argparse.Namespace, spec: str | None):
-    _check_llm_args(args)
+def chat_model(dr, args: argparse.Namespace, spec: str | None):
+    check_llm_args(args)
     return dr.llm(spec, timeout=args.llm_timeout, max_retries=args.llm_retries)
 
 
-def _reranks(args: argparse.Namespace) -> bool | None:
+def reranks(args: argparse.Namespace) -> bool | None:
     """--rerank / --no-rerank as given; --reranker alone turns reranking on."""
     return True if args.rerank is None and args.reranker else args.rerank
 
 
-def _ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskConfig:
+def ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskConfig:
     """The settings of --config and the options given, over `base` (default: the defaults)."""
     from dataclasses import replace
 
     from docrefrag.graph.context import AskConfig
 
     config = AskConfig.from_file(args.config, base) if args.config else base or AskConfig()
-    overrides = {"answerer": args.answerer, "rerank": _reranks(args), "reranker": args.reranker,
+    overrides = {"answerer": args.answerer, "rerank": reranks(args), "reranker": args.reranker,
                  "max_rounds": args.max_rounds, "hyde": getattr(args, "hyde_mode", None),
                  "decompose": getattr(args, "decompose_mode", None)}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})

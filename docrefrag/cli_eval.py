@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from docrefrag.cli_common import EXIT_OK, EXIT_PARTIAL, _api, _ask_config, _chat_model, _reranks
+from docrefrag.cli_common import EXIT_OK, EXIT_PARTIAL, api, ask_config, chat_model, reranks
 from docrefrag.cli_parser import TrainConfigFlags
 
 
@@ -29,25 +29,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.baselines:
         from docrefrag.evals.run import run_baselines
 
-        with _api(args) as dr:
+        with api(args) as dr:
             print(run_baselines(args.benchmark, args.data, dr.open_store(create=True), dr.embedder,
                                 dr.reader(args.checkpoint), args.out, limit=args.limit,
                                 show_progress=sys.stderr.isatty()))
         return EXIT_OK
     if not args.retrieval_only:
-        config = _ask_config(args)
-        with _api(args) as dr:
+        config = ask_config(args)
+        with api(args) as dr:
             reader = dr.reader(args.checkpoint) if config.needs_reader else None
-            extractor = _chat_model(dr, args, args.extractor) if args.extractor else None
+            extractor = chat_model(dr, args, args.extractor) if args.extractor else None
             summary = run_answers(args.benchmark, args.data, dr.open_store(create=True), dr.embedder,
-                                  _chat_model(dr, args, args.llm), args.out, limit=args.limit, config=config,
+                                  chat_model(dr, args, args.llm), args.out, limit=args.limit, config=config,
                                   show_progress=sys.stderr.isatty(),
                                   reader=reader, extractor=extractor, extractor_name=args.extractor)
         print(json.dumps(summary, indent=2, default=str))
         return EXIT_OK
-    reranker = (args.reranker or "reader") if _reranks(args) else None
-    with _api(args) as dr:
-        llm = _chat_model(dr, args, args.llm) if hyde or decompose or reranker == "chat" else None
+    reranker = (args.reranker or "reader") if reranks(args) else None
+    with api(args) as dr:
+        llm = chat_model(dr, args, args.llm) if hyde or decompose or reranker == "chat" else None
         if reranker == "chat":
             from docrefrag.agents.rerank import check_reranker
 

@@ -10,14 +10,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from docrefrag.cli_common import EXIT_OK, EXIT_PARTIAL, _api
+from docrefrag.cli_common import EXIT_OK, EXIT_PARTIAL, api
 
 if TYPE_CHECKING:
     from docrefrag.indexes.catalog import DocInfo
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    with _api(args) as dr:
+    with api(args) as dr:
         results = dr.ingest(args.paths, workers=args.workers, show_progress=not args.json and sys.stderr.isatty())
         if (dr.store_path / "catalog.sqlite").is_file():  # nothing to ingest creates no store
             print(f"store: {dr.store_path}", file=sys.stderr)
@@ -39,7 +39,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    with _api(args) as dr:
+    with api(args) as dr:
         hits = dr.search(args.query, k=args.k, doc=args.doc, method=args.fusion)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:
@@ -58,7 +58,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    with _api(args) as dr:
+    with api(args) as dr:
         docs = dr.docs()
     if args.json:
         print(json.dumps([asdict(d) for d in docs], indent=2))

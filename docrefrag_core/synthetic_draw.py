@@ -1,8 +1,8 @@
 """Drawing the pages of the synthetic documents with PyMuPDF, and writing them to PDF.
 
-Helvetica text measurement and word wrap, an `_Ink` that draws one region and records its text (in
+Helvetica text measurement and word wrap, an `Ink` that draws one region and records its text (in
 reading order) and its extent, fitting prose into a box, ruled tables, bar and line charts, and
-`_save`, which writes the same bytes for the same seed.
+`save_pdf`, which writes the same bytes for the same seed.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _wrap(text: str, width: float, fontsize: float) -> list[str]:
     return lines
 
 
-class _Ink:
+class Ink:
     """Draws one region on a page and records its text, in drawing order, and its extent."""
 
     def __init__(self, page: pymupdf.Page) -> None:
@@ -96,7 +96,7 @@ class _Ink:
         return Region((r.x0 - 2, r.y0 - 2, r.x1 + 2, r.y1 + 2), "\n".join(self.parts), role)
 
 
-def _draw_table(ink: _Ink, rows: list[list[str]], x0: float, top: float, widths: Sequence[float],
+def draw_table(ink: Ink, rows: list[list[str]], x0: float, top: float, widths: Sequence[float],
                 row_h: float = 22.0, fontsize: float = 11.0) -> float:
     """A ruled table: a rule above each row and below the last, one at each column edge. Returns its bottom."""
     edges = [x0 + sum(widths[:j]) for j in range(len(widths) + 1)]
@@ -112,7 +112,7 @@ def _draw_table(ink: _Ink, rows: list[list[str]], x0: float, top: float, widths:
     return bottom
 
 
-def _draw_bars(ink: _Ink, labels: Sequence[str], values: Sequence[int], vmax: float, x0: float, y0: float,
+def draw_bars(ink: Ink, labels: Sequence[str], values: Sequence[int], vmax: float, x0: float, y0: float,
                height: float, step: float = 110, bar_w: float = 60, fontsize: float = 10) -> None:
     """Vertical bars on the baseline y0 + height, each with its value above and its label below."""
     for i, (label, value) in enumerate(zip(labels, values, strict=True)):
@@ -123,7 +123,7 @@ def _draw_bars(ink: _Ink, labels: Sequence[str], values: Sequence[int], vmax: fl
         ink.text((rect.x0, y0 + height + 15), label, fontsize)
 
 
-def _draw_line_chart(ink: _Ink, labels: Sequence[str], values: Sequence[str], vmax: float, x0: float, y0: float,
+def draw_line_chart(ink: Ink, labels: Sequence[str], values: Sequence[str], vmax: float, x0: float, y0: float,
                      width: float, height: float, fontsize: float = 10) -> None:
     """Axes, a polyline through the points, each point's value above it and its label below the axis."""
     ink.line((x0, y0), (x0, y0 + height))
@@ -137,13 +137,13 @@ def _draw_line_chart(ink: _Ink, labels: Sequence[str], values: Sequence[str], vm
         ink.text((x - 10, y - 7), value, fontsize)
         ink.text((x - 12, y0 + height + 14), label, fontsize)
 
-def _largest_fontsize(rect: pymupdf.Rect, chars: int) -> float:
+def largest_fontsize(rect: pymupdf.Rect, chars: int) -> float:
     """About the largest type size at which `chars` characters of prose fit in `rect` (a line takes
     1.2 em, a character 0.5 em or less)."""
     return (rect.width * rect.height / (0.5 * _LINE * chars)) ** 0.5
 
 
-def _fit(ink: _Ink, rect: pymupdf.Rect, sentences: list[str], fontsize: float, keep: int = 1) -> None:
+def flow_sentences(ink: Ink, rect: pymupdf.Rect, sentences: list[str], fontsize: float, keep: int = 1) -> None:
     """Flow as many leading `sentences` as fit into `rect`, at least the first `keep`."""
     def fits(n: int) -> bool:
         return len(_wrap(" ".join(sentences[:n]), rect.width, fontsize)) * _LINE * fontsize <= rect.height
@@ -157,7 +157,7 @@ def _fit(ink: _Ink, rect: pymupdf.Rect, sentences: list[str], fontsize: float, k
     ink.flow(rect, " ".join(sentences[:low]), fontsize)
 
 
-def _save(doc: pymupdf.Document, path: Path) -> None:
+def save_pdf(doc: pymupdf.Document, path: Path) -> None:
     """Write and close `doc`; the same seed gives the same bytes (no random file /ID), so a training
     corpus written again is recognised by the store as unchanged and not ingested again."""
     path = Path(path)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from docrefrag.core.pdf import pymupdf
 from docrefrag.core.synthetic import Fact
-from docrefrag.core.synthetic_draw import A4, _draw_bars, _draw_table, _Ink, _save
+from docrefrag.core.synthetic_draw import A4, Ink, draw_bars, draw_table, save_pdf
 
 _REGIONS = ["North", "South", "East", "West", "Central", "Coastal", "Highland", "Lakeside"]
 _TOPICS = [
@@ -37,7 +37,7 @@ def sample_report(path: Path, pages: int = 12, seed: int = 0,
     facts: list[Fact] = []
     for number in range(1, pages + 1):
         page = doc.new_page(width=A4[0], height=A4[1])
-        ink = _Ink(page)
+        ink = Ink(page)
         page.insert_text((50, 40), f"{title}  |  page {number}", fontsize=9, color=(0.4, 0.4, 0.4))
         topic, measure, unit = _TOPICS[(number - 1) % len(_TOPICS)]
         year = 2015 + (number % 9)
@@ -61,7 +61,7 @@ def sample_report(path: Path, pages: int = 12, seed: int = 0,
                 [r, f"{v}", f"{rng.randint(-9, 15)}"] for r, v in zip(regions, values, strict=True)
             ]
             top = 110
-            bottom = _draw_table(ink, rows, 55, top, [160] * 3)
+            bottom = draw_table(ink, rows, 55, top, [160] * 3)
             page.insert_text((50, bottom + 20), f"Table {number}: {measure} by region, {year}.", fontsize=10)
             best = regions[values.index(max(values))]
             facts.append(Fact(number, "table", f"Which region had the highest {measure} in Table {number}?", best,
@@ -70,11 +70,11 @@ def sample_report(path: Path, pages: int = 12, seed: int = 0,
             labels = rng.sample(_REGIONS, 4)
             values = [rng.randint(5, 60) for _ in labels]
             x0, y0, height = 80, 130, 220
-            _draw_bars(ink, labels, values, 60, x0, y0, height)
+            draw_bars(ink, labels, values, 60, x0, y0, height)
             page.insert_text((50, y0 + height + 40), f"Figure {number}: {measure} ({unit}) by region in {year}.",
                              fontsize=10)
             facts.append(Fact(number, "chart", f"What value does Figure {number} show for the {labels[0]} region?",
                               str(values[0]), "Int", (float(x0), float(y0), float(x0 + 430), float(y0 + height))))
         page.insert_textbox(pymupdf.Rect(50, 470, 545, 800), _FILLER * 2, fontsize=10)
-    _save(doc, path)
+    save_pdf(doc, path)
     return facts

@@ -20,15 +20,15 @@ from docrefrag.core.pdf import pymupdf
 from docrefrag.core.synthetic import NO_EVIDENCE_BOX, PAGE_KINDS, Fact, PageTruth, Region, SyntheticDoc
 from docrefrag.core.synthetic_draw import (
     A4,
-    _draw_bars,
-    _draw_line_chart,
-    _draw_table,
-    _fit,
-    _Ink,
-    _largest_fontsize,
-    _save,
+    Ink,
+    draw_bars,
+    draw_line_chart,
+    draw_table,
+    flow_sentences,
+    largest_fontsize,
+    save_pdf,
 )
-from docrefrag.core.synthetic_words import _DOMAINS, _FIRST, _LAST, _PREFIXES, _SUFFIXES, _TEMPLATES, _WORDS
+from docrefrag.core.synthetic_words import DOMAINS, FIRST, LAST, PREFIXES, SUFFIXES, TEMPLATES, WORDS
 
 _LABEL_POOL = 64  # place names kept for table rows and chart labels (reused across pages)
 _TOP, _BOTTOM, _LEFT, _RIGHT = 100.0, 805.0, 50.0, 545.0  # the body of a page
@@ -39,10 +39,10 @@ class _Writer:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
-        names = [p + s for p in _PREFIXES for s in _SUFFIXES]
+        names = [p + s for p in PREFIXES for s in SUFFIXES]
         self.rng.shuffle(names)
         self.labels, self.unique = names[:_LABEL_POOL], names[_LABEL_POOL:]  # unique: printed once at most
-        self.domain = self.rng.choice(sorted(_DOMAINS))
+        self.domain = self.rng.choice(sorted(DOMAINS))
         self.title = f"{self.place()} {self.domain} Review {self.rng.randint(2012, 2024)}"
         self.tables = self.figures = 0
 
@@ -54,7 +54,7 @@ class _Writer:
         return self.unique.pop()
 
     def person(self) -> str:
-        return f"{self.rng.choice(_FIRST)} {self.rng.choice(_LAST)}"
+        return f"{self.rng.choice(FIRST)} {self.rng.choice(LAST)}"
 
     def year(self) -> int:
         return self.rng.randint(2010, 2024)
@@ -62,12 +62,12 @@ class _Writer:
     def sentence(self, nouns: list[str]) -> str:
         pick = self.rng.choice
         noun, noun2 = self.rng.sample(nouns, 2)
-        team, team2 = self.rng.sample(_WORDS["team"], 2)
-        month, month2 = self.rng.sample(_WORDS["month"], 2)
-        state, state2 = self.rng.sample(_WORDS["state"], 2)
-        return pick(_TEMPLATES).format(
-            adj=pick(_WORDS["adj"]), noun=noun, noun2=noun2, verb=pick(_WORDS["verb"]), team=team, team2=team2,
-            event=pick(_WORDS["event"]), state=state, state2=state2, district=pick(_WORDS["district"]),
+        team, team2 = self.rng.sample(WORDS["team"], 2)
+        month, month2 = self.rng.sample(WORDS["month"], 2)
+        state, state2 = self.rng.sample(WORDS["state"], 2)
+        return pick(TEMPLATES).format(
+            adj=pick(WORDS["adj"]), noun=noun, noun2=noun2, verb=pick(WORDS["verb"]), team=team, team2=team2,
+            event=pick(WORDS["event"]), state=state, state2=state2, district=pick(WORDS["district"]),
             month=month, month2=month2, year=self.year(), count=self.rng.randint(3, 480), small=self.rng.randint(2, 9))
 
     def prose(self, chars: int, nouns: list[str]) -> list[str]:
@@ -79,7 +79,7 @@ class _Writer:
 
     def claim(self, fmt: str, noun: str) -> tuple[str, str, str]:
         """(sentence stating a fact, question about it, answer) in MMLongBench-Doc format `fmt`."""
-        measure, unit = self.rng.choice(_DOMAINS[self.domain][1])
+        measure, unit = self.rng.choice(DOMAINS[self.domain][1])
         place, year = self.place(), self.year()
         if fmt == "Int":
             value = self.rng.randint(120, 9800)
@@ -101,13 +101,13 @@ class _Writer:
 
     # page parts
     def header(self, page: pymupdf.Page, number: int) -> Region:
-        ink = _Ink(page)
+        ink = Ink(page)
         ink.text((_LEFT, 40), f"{self.title}  |  page {number}", 9, color=(0.4, 0.4, 0.4))
         return ink.region("header")
 
     def heading(self, page: pymupdf.Page, number: int, noun: str) -> Region:
-        ink = _Ink(page)
-        topic = self.rng.choice(_WORDS["topic"])
+        ink = Ink(page)
+        topic = self.rng.choice(WORDS["topic"])
         ink.text((_LEFT, 80), f"{number}. {self.domain}: {noun} {topic}", self.rng.uniform(16, 20))
         return ink.region("heading")
 
@@ -122,12 +122,12 @@ class _Writer:
         at = sorted(self.rng.sample(range(len(planted) + 3), len(planted)))
         for i, s in zip(at, planted, strict=False):
             sentences.insert(i, s)
-        ink = _Ink(page)
-        _fit(ink, rect, sentences, fontsize, keep=at[-1] + 1 if planted else 1)
+        ink = Ink(page)
+        flow_sentences(ink, rect, sentences, fontsize, keep=at[-1] + 1 if planted else 1)
         return ink.region("paragraph")
 
     def page(self, page: pymupdf.Page, number: int, kind: str) -> tuple[list[Region], list[Fact]]:
-        nouns = _DOMAINS[self.domain][0]
+        nouns = DOMAINS[self.domain][0]
         noun = self.rng.choice(nouns)
         if kind == "slide":
             return self.slide(page, number, noun)
@@ -141,7 +141,7 @@ class _Writer:
     def passage(self, page, number, noun, nouns):
         rect = pymupdf.Rect(_LEFT, _TOP, _RIGHT, _BOTTOM)
         chars = self.rng.randint(500, 6000)
-        fontsize = self.rng.uniform(10, max(10.0, min(20.0, _largest_fontsize(rect, chars))))
+        fontsize = self.rng.uniform(10, max(10.0, min(20.0, largest_fontsize(rect, chars))))
         formats = self.rng.sample(["Int", "Float", "Str", "List"], 2)
         claims = [self.claim(f, noun) for f in formats]
         region = self.paragraph(page, rect, chars, fontsize, nouns, [c[0] for c in claims])
@@ -165,7 +165,7 @@ class _Writer:
     def table(self, page, number, noun, nouns):
         self.tables += 1
         t = self.tables
-        measure, unit = self.rng.choice(_DOMAINS[self.domain][1])
+        measure, unit = self.rng.choice(DOMAINS[self.domain][1])
         year = self.year()
         intro = self.paragraph(page, pymupdf.Rect(_LEFT, _TOP, _RIGHT, 240), 250, 11, nouns)
         n = self.rng.randint(4, 8)
@@ -176,10 +176,10 @@ class _Writer:
         staff = [str(self.rng.randint(4, 90)) for _ in range(n)]
         rows = [["Site", f"{measure} ({unit})", "Change (%)", "Staff"]]
         rows += [[s, v, str(c), w] for s, v, c, w in zip(sites, values, changes, staff, strict=True)]
-        ink = _Ink(page)
-        bottom = _draw_table(ink, rows, 55, intro.bbox[3] + 20, [110, 190, 90, 90], fontsize=10)
+        ink = Ink(page)
+        bottom = draw_table(ink, rows, 55, intro.bbox[3] + 20, [110, 190, 90, 90], fontsize=10)
         table = ink.region("table")
-        caption = _Ink(page)
+        caption = Ink(page)
         caption.text((_LEFT, bottom + 20), f"Table {t}: {measure} by site, {year}.", 10)
         caption = caption.region("caption")
         outro = self.paragraph(page, pymupdf.Rect(_LEFT, caption.bbox[3] + 12, _RIGHT, _BOTTOM),
@@ -198,15 +198,15 @@ class _Writer:
         return f"Figure {self.figures}: {measure} ({unit}) by {by}"
 
     def bar_chart(self, page, number, noun, nouns):
-        measure, unit = self.rng.choice(_DOMAINS[self.domain][1])
+        measure, unit = self.rng.choice(DOMAINS[self.domain][1])
         title = self.chart_title(measure, unit, f"site, {self.year()}")
         n = self.rng.randint(4, 6)
         sites = self.rng.sample(self.labels, n)
         values = self.rng.sample(range(5, 96), n)
-        ink = _Ink(page)
+        ink = Ink(page)
         ink.text((_LEFT, 120), title, 12)
         step = 440 / n
-        _draw_bars(ink, sites, values, 100, 80, 150, 220, step=step, bar_w=0.55 * step, fontsize=9)
+        draw_bars(ink, sites, values, 100, 80, 150, 220, step=step, bar_w=0.55 * step, fontsize=9)
         chart = ink.region("chart")
         text = self.paragraph(page, pymupdf.Rect(_LEFT, chart.bbox[3] + 20, _RIGHT, _BOTTOM),
                               self.rng.randint(400, 1800), self.rng.uniform(10, 13), nouns)
@@ -222,15 +222,15 @@ class _Writer:
         return [chart, text], facts
 
     def line_chart(self, page, number, noun, nouns):
-        measure, unit = self.rng.choice(_DOMAINS[self.domain][1])
+        measure, unit = self.rng.choice(DOMAINS[self.domain][1])
         title = self.chart_title(measure, unit, f"year at {self.place()}")
         n = self.rng.randint(5, 8)
         start = self.rng.randint(2005, 2016)
         years = [str(start + i) for i in range(n)]
         values = [f"{v / 10:.1f}" for v in self.rng.sample(range(50, 990), n)]
-        ink = _Ink(page)
+        ink = Ink(page)
         ink.text((_LEFT, 120), title, 12)
-        _draw_line_chart(ink, years, values, 110, 70, 160, 450, 220, fontsize=9)
+        draw_line_chart(ink, years, values, 110, 70, 160, 450, 220, fontsize=9)
         chart = ink.region("chart")
         text = self.paragraph(page, pymupdf.Rect(_LEFT, chart.bbox[3] + 20, _RIGHT, _BOTTOM),
                               self.rng.randint(400, 1800), self.rng.uniform(10, 13), nouns)
@@ -246,17 +246,17 @@ class _Writer:
 
     def slide(self, page: pymupdf.Page, number: int, noun: str) -> tuple[list[Region], list[Fact]]:
         """A big centred title and a few short bullets (no header, no heading), like a presentation slide."""
-        title = f"{self.rng.choice(_WORDS['adj']).capitalize()} {noun} {self.rng.choice(_WORDS['topic'])} {self.year()}"
-        ink = _Ink(page)
-        _fit(ink, pymupdf.Rect(_LEFT, 120, _RIGHT, 300), [title], self.rng.uniform(30, 36))
+        title = f"{self.rng.choice(WORDS['adj']).capitalize()} {noun} {self.rng.choice(WORDS['topic'])} {self.year()}"
+        ink = Ink(page)
+        flow_sentences(ink, pymupdf.Rect(_LEFT, 120, _RIGHT, 300), [title], self.rng.uniform(30, 36))
         head = ink.region("title")
         person, place = self.person(), self.place()
-        bullets = [f"{self.rng.choice(_WORDS['verb']).capitalize()} the {self.rng.choice(_WORDS['adj'])} {n}"
-                   for n in self.rng.sample(_DOMAINS[self.domain][0], self.rng.randint(2, 4))]
+        bullets = [f"{self.rng.choice(WORDS['verb']).capitalize()} the {self.rng.choice(WORDS['adj'])} {n}"
+                   for n in self.rng.sample(DOMAINS[self.domain][0], self.rng.randint(2, 4))]
         bullets.insert(self.rng.randint(0, len(bullets)), f"{noun.capitalize()} at {place} led by {person}")
-        ink = _Ink(page)
+        ink = Ink(page)
         lines = "\n".join(f"- {b}" for b in bullets)
-        _fit(ink, pymupdf.Rect(70, 340, _RIGHT, _BOTTOM), [lines], self.rng.uniform(18, 22))
+        flow_sentences(ink, pymupdf.Rect(70, 340, _RIGHT, _BOTTOM), [lines], self.rng.uniform(18, 22))
         body = ink.region("bullets")
         facts = [
             Fact(number, "text", f"How many bullet points does the slide titled '{title}' list?", str(len(bullets)),
@@ -267,7 +267,7 @@ class _Writer:
 
     def unanswerable(self) -> Fact:
         """A question in the style of the document's facts about a place the document never names."""
-        _, question, _ = self.claim(self.rng.choice(["Int", "Float", "Str"]), self.rng.choice(_DOMAINS[self.domain][0]))
+        _, question, _ = self.claim(self.rng.choice(["Int", "Float", "Str"]), self.rng.choice(DOMAINS[self.domain][0]))
         return Fact(0, "none", question, "Not answerable", "None", NO_EVIDENCE_BOX)
 
 
@@ -297,7 +297,7 @@ def training_document(path: Path, pages: int = 12, seed: int = 0) -> SyntheticDo
         questions += facts
     for _ in range(max(1, pages // 4)):
         questions.insert(writer.rng.randint(0, len(questions)), writer.unanswerable())
-    _save(doc, path)
+    save_pdf(doc, path)
     return SyntheticDoc(path, writer.title, truths, questions)
 
 
@@ -309,13 +309,13 @@ def dense_text_page(path: Path, chars: int, seed: int = 0, fontsize: float = 11.
     if chars < 20:
         raise ValueError(f"chars must be >= 20, got {chars}")
     writer = _Writer(seed)
-    words = " ".join(writer.prose(chars, _DOMAINS[writer.domain][0])).split()
+    words = " ".join(writer.prose(chars, DOMAINS[writer.domain][0])).split()
     while len(" ".join(words)) >= chars:
         words.pop()
     text = " ".join(words).rstrip(".,:") + "."
     doc = pymupdf.open()
-    ink = _Ink(doc.new_page(width=A4[0], height=A4[1]))
+    ink = Ink(doc.new_page(width=A4[0], height=A4[1]))
     if not ink.flow(pymupdf.Rect(_LEFT, 50, _RIGHT, _BOTTOM), text, fontsize):
         raise ValueError(f"{chars} characters do not fit on one page at {fontsize} pt; pass a smaller fontsize")
-    _save(doc, path)
+    save_pdf(doc, path)
     return PageTruth(1, "passage", [ink.region("paragraph")])

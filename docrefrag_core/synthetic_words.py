@@ -4,7 +4,7 @@ Domains with the things their pages are about and the (measure, unit) pairs thei
 words the sentence templates are filled with, and the syllables and names of places and people.
 """
 
-_DOMAINS = {  # domain -> (things a page is about, (measure, unit) pairs read as "<value> <unit> of <measure>")
+DOMAINS = {  # domain -> (things a page is about, (measure, unit) pairs read as "<value> <unit> of <measure>")
     "Energy": (["turbine hall", "substation", "battery store", "feeder line", "solar array", "transformer yard"],
                [("solar output", "megawatts"), ("stored energy", "megawatt hours"), ("grid outages", "hours")]),
     "Transport": (["tram depot", "bus fleet", "river bridge", "interchange", "signal box", "cycle network"],
@@ -20,7 +20,7 @@ _DOMAINS = {  # domain -> (things a page is about, (measure, unit) pairs read as
     "Farming": (["orchard", "grain store", "irrigation canal", "dairy herd", "greenhouse block", "tree nursery"],
                 [("wheat", "tonnes"), ("milk", "thousand litres")]),
 }
-_WORDS = {
+WORDS = {
     "adj": ["regional", "seasonal", "revised", "detailed", "preliminary", "annual", "independent", "shared",
             "temporary", "municipal", "quarterly", "external", "joint", "interim", "technical", "public"],
     "verb": ["reviewed", "expanded", "inspected", "delayed", "funded", "upgraded", "monitored", "compared",
@@ -37,7 +37,7 @@ _WORDS = {
               "October", "November", "December"],
     "topic": ["review", "update", "summary", "outlook", "progress report", "briefing", "assessment"],
 }
-_TEMPLATES = [
+TEMPLATES = [
     "The {adj} {noun} was {verb} by the {team} after {event}.",
     "Staff in {district} {verb} the {noun} and reported that the {noun2} remained {state}.",
     "Because the {noun} was {verb} in {month}, the {adj} work on the {noun2} moved to {month2}.",
@@ -51,11 +51,11 @@ _TEMPLATES = [
     "During {month} the {team} met {small} times to discuss the {adj} {noun2}.",
     "Costs for the {noun} rose after {event}, so the {team} {verb} the {adj} estimate.",
 ]
-_PREFIXES = ["Ash", "Bel", "Cor", "Dun", "Elm", "Fair", "Glen", "Hart", "Ivy", "Kes", "Lark", "Mill", "Nor",
+PREFIXES = ["Ash", "Bel", "Cor", "Dun", "Elm", "Fair", "Glen", "Hart", "Ivy", "Kes", "Lark", "Mill", "Nor",
              "Oak", "Pen", "Red", "Stan", "Thorn", "Wex", "York", "Bram", "Cale", "Dor", "Fen", "Gold", "Hol"]
-_SUFFIXES = ["ford", "haven", "mere", "ton", "bridge", "field", "wick", "moor", "stead", "combe", "by", "dale",
+SUFFIXES = ["ford", "haven", "mere", "ton", "bridge", "field", "wick", "moor", "stead", "combe", "by", "dale",
              "hurst", "worth", "ley", "gate"]
-_FIRST = ["Ada", "Bruno", "Chloe", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Keiko", "Luca",
+FIRST = ["Ada", "Bruno", "Chloe", "Dmitri", "Elena", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Keiko", "Luca",
           "Maya", "Nils", "Olga", "Pablo", "Rosa", "Sami", "Tara", "Viktor"]
-_LAST = ["Moreno", "Lindqvist", "Okafor", "Brennan", "Castillo", "Novak", "Haddad", "Ferreira", "Kowalski",
+LAST = ["Moreno", "Lindqvist", "Okafor", "Brennan", "Castillo", "Novak", "Haddad", "Ferreira", "Kowalski",
          "Nakamura", "Dubois", "Ricci", "Svensson", "Osei", "Petrov", "Almeida", "Fischer", "Quinn", "Rahman", "Weber"]

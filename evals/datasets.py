@@ -10,7 +10,6 @@ MMLongBench-style conversion (with task_type). Documents are PDFs or folders of 
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from docrefrag.agents.prompts import NOT_ANSWERABLE
+from docrefrag.evals.score_common import list_field
 
 logger = logging.getLogger(__name__)
 
@@ -45,17 +45,6 @@ class Question:
         return self.answer.strip() != NOT_ANSWERABLE
 
 
-def _list_field(value) -> list:
-    if isinstance(value, list):
-        return value
-    if value in (None, ""):
-        return []
-    parsed = ast.literal_eval(value)  # the files hold list literals as strings; literal_eval never runs code
-    if not isinstance(parsed, list):
-        raise ValueError(f"expected a list literal, got {value!r}")
-    return parsed
-
-
 def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
     """Questions from a `samples.json` (either benchmark) or LongDocURL's native `.jsonl`."""
     path = Path(path)
@@ -74,8 +63,8 @@ def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
                 qid=r["question_id"], benchmark="longdocurl", doc_name=f"{r['doc_no']}.pdf", question=r["question"],
                 answer=json.dumps(r["answer"]) if isinstance(r["answer"], list) else str(r["answer"]),
                 answer_format=r["answer_format"],
-                evidence_pages=tuple(int(p) for p in _list_field(r["evidence_pages"])),
-                evidence_sources=tuple(_list_field(r["evidence_sources"])), task=r.get("task_tag", ""),
+                evidence_pages=tuple(int(p) for p in list_field(r, "evidence_pages")),
+                evidence_sources=tuple(list_field(r, "evidence_sources")), task=r.get("task_tag", ""),
                 extra={"start_end_idx": r.get("start_end_idx"), "question_type": r.get("question_type")},
             ))
             continue
@@ -83,8 +72,8 @@ def load_questions(benchmark: Benchmark, path: Path) -> list[Question]:
         questions.append(Question(
             qid=str(r.get("id", f"{benchmark}-{i}")), benchmark=benchmark, doc_name=r["doc_id"], question=r["question"],
             answer=str(r["answer"]), answer_format=fmt,
-            evidence_pages=tuple(int(p) for p in _list_field(r["evidence_pages"])),
-            evidence_sources=tuple(_list_field(r["evidence_sources"])), doc_type=r.get("doc_type", ""),
+            evidence_pages=tuple(int(p) for p in list_field(r, "evidence_pages")),
+            evidence_sources=tuple(list_field(r, "evidence_sources")), doc_type=r.get("doc_type", ""),
             task=r.get("task_type", ""),
         ))
     return questions

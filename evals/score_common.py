@@ -63,7 +63,7 @@ def anls(gt: str, pred: str) -> float:
     return value if value > ANLS_THRESHOLD else 0.0
 
 
-def _is_exact_match_type(text: str) -> bool:
+def is_exact_match_type(text: str) -> bool:
     """Ground truths compared exactly: URLs, code files, "page ...", numbers, times, dates, e-mails."""
     return (
         "https://" in text
@@ -75,7 +75,7 @@ def _is_exact_match_type(text: str) -> bool:
     )
 
 
-def _to_float(text: str) -> float | None:
+def to_float(text: str) -> float | None:
     try:
         return float(text)
     except ValueError:
@@ -99,20 +99,20 @@ def _floats_match(gt: float, pred: float) -> bool:
     return False
 
 
-def _float_score(gt: str, pred: str) -> float:
-    gt_value, pred_value = _to_float(gt), _to_float(pred)
+def float_score(gt: str, pred: str) -> float:
+    gt_value, pred_value = to_float(gt), to_float(pred)
     if gt_value is None or pred_value is None:
         return 0.0
     return float(_floats_match(gt_value, pred_value))
 
 
-def _string_score(gt: str, pred: str) -> float:
-    if _is_exact_match_type(gt):
+def string_score(gt: str, pred: str) -> float:
+    if is_exact_match_type(gt):
         return float(gt == pred)
     return anls(gt, pred)
 
 
-def _strip_decorations(text: str, currencies: str) -> str:
+def strip_decorations(text: str, currencies: str) -> str:
     text = _PARENTHESISED.sub("", text).strip()
     text = _EDGE_QUOTE.sub("", text).strip()
     for symbol in currencies:
@@ -120,7 +120,7 @@ def _strip_decorations(text: str, currencies: str) -> str:
     return text.rstrip("%").strip()
 
 
-def _literal(value: object) -> object:
+def parse_literal(value: object) -> object:
     """Parse a string that starts with "[" (upstream ``eval``s it); other values pass through.
 
     Raises ``ValueError`` when the string is not a Python literal.
@@ -133,11 +133,11 @@ def _literal(value: object) -> object:
         raise ValueError(f"not a Python literal: {value!r}") from exc
 
 
-def _as_list(value: object) -> list[Any]:
+def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _check_format(answer_format: str, known: tuple[str, ...], benchmark: str) -> None:
+def check_format(answer_format: str, known: tuple[str, ...], benchmark: str) -> None:
     if answer_format not in known:
         raise ValueError(
             f"unknown {benchmark} answer format {answer_format!r}; expected one of {known}"
@@ -157,26 +157,30 @@ class GroupScore:
     count: int
 
 
-def _require_keys(records: Sequence[Record], keys: tuple[str, ...]) -> None:
+def require_keys(records: Sequence[Record], keys: tuple[str, ...]) -> None:
     for index, record in enumerate(records):
         missing = [key for key in keys if key not in record]
         if missing:
             raise ValueError(f"record {index} lacks {missing}; every record needs {list(keys)}")
 
 
-def _list_field(record: Record, key: str) -> list[Any]:
+def list_field(record: Record, key: str) -> list[Any]:
     """A list field, also in the string form of MMLongBench's ``samples.json`` ("[5, 6]")."""
     value = record[key]
+    if value in (None, ""):
+        return []
     if not isinstance(value, str):
         return list(value)
     try:
-        parsed = ast.literal_eval(value)
+        parsed = ast.literal_eval(value)  # literal_eval never runs code
     except (ValueError, SyntaxError) as exc:
         raise ValueError(f"{key}={value!r} is not a list literal such as \"[5, 6]\"") from exc
-    return list(parsed)
+    if not isinstance(parsed, list):
+        raise ValueError(f"{key}={value!r} is not a list literal such as \"[5, 6]\"")
+    return parsed
 
 
-def _grouped(
+def grouped(
     records: Sequence[Record],
     keys_of: Callable[[Record], Iterable[str]],
     fixed: tuple[str, ...] = (),

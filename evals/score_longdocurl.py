@@ -31,18 +31,18 @@ from typing import Any
 from docrefrag.evals.score_common import (
     GroupScore,
     Record,
-    _as_list,
-    _check_format,
-    _float_score,
-    _grouped,
-    _is_exact_match_type,
-    _list_field,
-    _literal,
-    _require_keys,
-    _string_score,
-    _strip_decorations,
-    _to_float,
     anls,
+    as_list,
+    check_format,
+    float_score,
+    grouped,
+    is_exact_match_type,
+    list_field,
+    parse_literal,
+    require_keys,
+    string_score,
+    strip_decorations,
+    to_float,
 )
 
 LONGDOCURL_FORMATS = ("Integer", "Float", "String", "None", "List")
@@ -61,12 +61,12 @@ def _clean_longdocurl(value: object) -> str:
     for unit in _LONGDOCURL_UNITS:
         if text.endswith(unit):
             text = text.rstrip(unit).strip()  # a character set, as upstream: "team" -> "tea"
-    return _strip_decorations(text, currencies="$£")
+    return strip_decorations(text, currencies="$£")
 
 
 def _literal_or_text(value: object) -> object:
     try:
-        return _literal(value)
+        return parse_literal(value)
     except ValueError:
         return value  # upstream: `except: pred = pred`, the string becomes one item
 
@@ -96,12 +96,12 @@ def _longdocurl_int(gt: object, pred: object) -> float:
 
 
 def _longdocurl_list(gt: object, pred: object) -> float:
-    gt_items, pred_items = _as_list(_literal_or_text(gt)), _as_list(_literal_or_text(pred))
+    gt_items, pred_items = as_list(_literal_or_text(gt)), as_list(_literal_or_text(pred))
     if not gt_items or not pred_items:
         return 0.0
     gt_clean = [_clean_longdocurl(item) for item in _join_dict_values(gt_items)]
     pred_clean = [_clean_longdocurl(item) for item in _join_dict_values(pred_items)]
-    if _to_float(gt_clean[0]) is not None or _is_exact_match_type(gt_clean[0]):
+    if to_float(gt_clean[0]) is not None or is_exact_match_type(gt_clean[0]):
         return float("-".join(gt_clean) == "-".join(pred_clean))
     best = [max(anls(g, p) for p in pred_clean) for g in gt_clean]
     return sum(best) / len(gt_clean) * min(1, len(gt_clean) / len(pred_clean)) ** 0.5
@@ -116,16 +116,16 @@ def longdocurl_score(gt: object, pred: object, answer_format: str) -> float:
     ``min(1, len(gt) / len(pred)) ** 0.5``; lists of numbers (or other exact-match items) must
     match exactly, in order.
     """
-    _check_format(answer_format, LONGDOCURL_FORMATS, "LongDocURL")
+    check_format(answer_format, LONGDOCURL_FORMATS, "LongDocURL")
     if pred is None:
         return 0.0
     if answer_format == "Integer":
         return _longdocurl_int(gt, pred)
     if answer_format == "Float":
-        return _float_score(_clean_longdocurl(gt), _clean_longdocurl(pred))
+        return float_score(_clean_longdocurl(gt), _clean_longdocurl(pred))
     if answer_format == "List":
         return _longdocurl_list(gt, pred)
-    return _string_score(_clean_longdocurl(gt), _clean_longdocurl(pred))
+    return string_score(_clean_longdocurl(gt), _clean_longdocurl(pred))
 
 
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -177,7 +177,7 @@ class LongDocURLSummary:
 
 
 def _longdocurl_page_groups(record: Record) -> list[str]:
-    pages = len(_list_field(record, "evidence_pages"))
+    pages = len(list_field(record, "evidence_pages"))
     return ["Single_Page"] if pages == 1 else ["Multi_Page"] if pages > 1 else []
 
 
@@ -188,19 +188,19 @@ def longdocurl_aggregate(records: Sequence[Record]) -> LongDocURLSummary:
     Upstream divides each group's score sum by that group's size in the full benchmark; here
     the size is counted in ``records``, which is the same number when all questions are scored.
     """
-    _require_keys(records, ("score", "task_tag", "evidence_pages", "evidence_sources"))
+    require_keys(records, ("score", "task_tag", "evidence_pages", "evidence_sources"))
     scores = [record["score"] for record in records]
-    sources = [_list_field(record, "evidence_sources") for record in records]
+    sources = [list_field(record, "evidence_sources") for record in records]
     cross = [score for score, names in zip(scores, sources, strict=False) if len(names) > 1]
     return LongDocURLSummary(
         accuracy=sum(scores) / len(scores) if scores else 0.0,
         count=len(records),
-        by_task=_grouped(records, lambda r: [r["task_tag"]]),
-        by_element=_grouped(
+        by_task=grouped(records, lambda r: [r["task_tag"]]),
+        by_element=grouped(
             records,
-            lambda r: [s for s in _list_field(r, "evidence_sources") if s in _LONGDOCURL_ELEMENTS],
+            lambda r: [s for s in list_field(r, "evidence_sources") if s in _LONGDOCURL_ELEMENTS],
             _LONGDOCURL_ELEMENTS,
         ),
-        by_evidence_pages=_grouped(records, _longdocurl_page_groups, _LONGDOCURL_PAGE_GROUPS),
+        by_evidence_pages=grouped(records, _longdocurl_page_groups, _LONGDOCURL_PAGE_GROUPS),
         cross_element=GroupScore(sum(cross) / len(cross) if cross else 0.0, len(cross)),
     )

@@ -29,18 +29,18 @@ from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.score_common import (
     GroupScore,
     Record,
-    _as_list,
-    _check_format,
-    _float_score,
-    _grouped,
-    _is_exact_match_type,
-    _list_field,
-    _literal,
-    _require_keys,
-    _string_score,
-    _strip_decorations,
-    _to_float,
     anls,
+    as_list,
+    check_format,
+    float_score,
+    grouped,
+    is_exact_match_type,
+    list_field,
+    parse_literal,
+    require_keys,
+    string_score,
+    strip_decorations,
+    to_float,
 )
 
 MMLONGBENCH_FORMATS = ("Int", "Float", "Str", "None", "List")
@@ -51,7 +51,7 @@ _MMLONGBENCH_PAGE_GROUPS = ("Single-page", "Cross-page", "Unanswerable")
 
 
 def _clean_mmlongbench(value: object) -> str:
-    return _strip_decorations(str(value).lower().strip(), currencies="$")
+    return strip_decorations(str(value).lower().strip(), currencies="$")
 
 
 def _mmlongbench_int(gt: object, pred: object) -> float:
@@ -63,14 +63,14 @@ def _mmlongbench_int(gt: object, pred: object) -> float:
 
 def _mmlongbench_list(gt: object, pred: object) -> float:
     try:
-        gt_items, pred_items = _as_list(_literal(gt)), _as_list(_literal(pred))
+        gt_items, pred_items = as_list(parse_literal(gt)), as_list(parse_literal(pred))
     except ValueError:
         return 0.0
     if not gt_items or len(gt_items) != len(pred_items):
         return 0.0
     gt_clean = sorted(_clean_mmlongbench(item) for item in gt_items)
     pred_clean = sorted(_clean_mmlongbench(item) for item in pred_items)
-    if _to_float(gt_clean[0]) is not None or _is_exact_match_type(gt_clean[0]):
+    if to_float(gt_clean[0]) is not None or is_exact_match_type(gt_clean[0]):
         return float("-".join(gt_clean) == "-".join(pred_clean))
     return min(anls(g, p) for g, p in zip(gt_clean, pred_clean, strict=False))
 
@@ -82,16 +82,16 @@ def mmlongbench_score(gt: object, pred: object, answer_format: str) -> float:
     may also be given as a Python list); ``answer_format`` is the ground truth's format, one
     of :data:`MMLONGBENCH_FORMATS`.
     """
-    _check_format(answer_format, MMLONGBENCH_FORMATS, "MMLongBench-Doc")
+    check_format(answer_format, MMLONGBENCH_FORMATS, "MMLongBench-Doc")
     if pred is None:
         return 0.0
     if answer_format == "Int":
         return _mmlongbench_int(gt, pred)
     if answer_format == "Float":
-        return _float_score(_clean_mmlongbench(gt), _clean_mmlongbench(pred))
+        return float_score(_clean_mmlongbench(gt), _clean_mmlongbench(pred))
     if answer_format == "List":
         return _mmlongbench_list(gt, pred)
-    return _string_score(_clean_mmlongbench(gt), _clean_mmlongbench(pred))
+    return string_score(_clean_mmlongbench(gt), _clean_mmlongbench(pred))
 
 
 # --- aggregates -------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def _accuracy_and_f1(records: Sequence[Record]) -> tuple[float, float]:
 
 
 def _mmlongbench_page_groups(record: Record) -> list[str]:
-    pages = len(_list_field(record, "evidence_pages"))
+    pages = len(list_field(record, "evidence_pages"))
     answerable = record["answer"] != NOT_ANSWERABLE
     flags = (pages == 1, pages != 1 and answerable, not answerable)
     return [name for name, member in zip(_MMLONGBENCH_PAGE_GROUPS, flags, strict=False) if member]
@@ -138,7 +138,7 @@ def mmlongbench_aggregate(records: Sequence[Record]) -> MMLongBenchSummary:
     Each record needs ``answer``, ``pred``, ``score``, ``evidence_pages``,
     ``evidence_sources`` and ``doc_type`` (list fields as lists or as their string form).
     """
-    _require_keys(
+    require_keys(
         records, ("answer", "pred", "score", "evidence_pages", "evidence_sources", "doc_type")
     )
     accuracy, f1 = _accuracy_and_f1(records)
@@ -146,7 +146,7 @@ def mmlongbench_aggregate(records: Sequence[Record]) -> MMLongBenchSummary:
         accuracy=accuracy,
         f1=f1,
         count=len(records),
-        by_evidence_pages=_grouped(records, _mmlongbench_page_groups, _MMLONGBENCH_PAGE_GROUPS),
-        by_evidence_source=_grouped(records, lambda r: _list_field(r, "evidence_sources")),
-        by_doc_type=_grouped(records, lambda r: [r["doc_type"]]),
+        by_evidence_pages=grouped(records, _mmlongbench_page_groups, _MMLONGBENCH_PAGE_GROUPS),
+        by_evidence_source=grouped(records, lambda r: list_field(r, "evidence_sources")),
+        by_doc_type=grouped(records, lambda r: [r["doc_type"]]),
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from docrefrag.core.page import Block, Word
 
 SCHEMA_VERSION = 1
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
     doc_id TEXT PRIMARY KEY, name TEXT NOT NULL, source TEXT NOT NULL, kind TEXT NOT NULL,

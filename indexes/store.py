@@ -24,7 +24,7 @@ import numpy as np
 from docrefrag.core.page import Block, Word
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.bm25 import BM25Index
-from docrefrag.indexes.catalog import _SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
+from docrefrag.indexes.catalog import SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
 from docrefrag.indexes.health import BranchHealth
@@ -106,7 +106,7 @@ class Store(IngestWrites):
     def _open_catalog(self) -> None:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(_SCHEMA)
+        self.db.executescript(SCHEMA)
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")

@@ -26,11 +26,11 @@ from docrefrag.core.config import CHUNK_K, GRID
 from docrefrag.indexes.visual_backends import (
     CHUNKS,
     POOLED,
+    Backend,
+    EdgeBackend,
+    PagePoint,
+    ServerBackend,
     VisualHit,
-    _Backend,
-    _EdgeBackend,
-    _PagePoint,
-    _ServerBackend,
 )
 
 logger = logging.getLogger(__name__)
@@ -85,10 +85,10 @@ class VisualIndex:
             raise ValueError("collection must be a non-empty name")
         self.dim = dim
         self.location = str(path) if path is not None else url
-        self._backend: _Backend | None = (
-            _EdgeBackend(Path(path), collection, dim)
+        self._backend: Backend | None = (
+            EdgeBackend(Path(path), collection, dim)
             if path is not None
-            else _ServerBackend(url, api_key, collection, dim)
+            else ServerBackend(url, api_key, collection, dim)
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -106,7 +106,7 @@ class VisualIndex:
         self.close()
 
     @property
-    def _open(self) -> _Backend:
+    def _open(self) -> Backend:
         if self._backend is None:
             raise RuntimeError(f"the visual index at {self.location} is closed; open a new VisualIndex")
         return self._backend
@@ -133,7 +133,7 @@ class VisualIndex:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         backend = self._open
         stored = 0
-        batch: list[_PagePoint] = []
+        batch: list[PagePoint] = []
         blank: list[str] = []
 
         def write() -> None:
@@ -270,7 +270,7 @@ class VisualIndex:
             raise ValueError(f"{name} must be a float array (float16/32/64), got dtype {array.dtype}")
         return array.astype(np.float32)
 
-    def _validate_page(self, doc_id: str, page: int, pooled: np.ndarray, chunks: np.ndarray) -> _PagePoint:
+    def _validate_page(self, doc_id: str, page: int, pooled: np.ndarray, chunks: np.ndarray) -> PagePoint:
         self._check_doc_id(doc_id)
         if isinstance(page, bool) or not isinstance(page, (int, np.integer)) or page < 1:
             raise ValueError(f"page must be a 1-based int, got {page!r} (doc {doc_id})")
@@ -286,4 +286,4 @@ class VisualIndex:
             )
         if chunks.shape[0] > 0 and not np.any(pooled):
             raise ValueError(f"pooled is all zeros while the page has {chunks.shape[0]} chunk vectors, {where}")
-        return _PagePoint(page_point_id(doc_id, int(page)), doc_id, int(page), pooled, chunks)
+        return PagePoint(page_point_id(doc_id, int(page)), doc_id, int(page), pooled, chunks)

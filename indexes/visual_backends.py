@@ -6,13 +6,13 @@ chunk vectors (1-108 rows, cosine, MaxSim comparator, no HNSW graph: they are al
 exactly, over all pages or over the pages a first stage kept). The facade ``VisualIndex``
 (indexes/visual.py) validates pages and scores them; a backend translates its calls to one engine:
 
-- embedded (``path=``, ``_EdgeBackend``): qdrant-edge's ``EdgeShard``, the in-process Rust engine,
+- embedded (``path=``, ``EdgeBackend``): qdrant-edge's ``EdgeShard``, the in-process Rust engine,
   one shard per collection under the folder. Chosen over qdrant-client's local mode by
   ``evals/bench_qdrant.py`` (2,500 pages, 150k vectors, 2 cores): a fresh process answers its
   first query in 0.3-0.4 s instead of 13.5 s, with 30 MB of private memory instead of 2.7 GB
   (the vectors are mmapped files, shared and reclaimable), and exact MaxSim takes about 1 ms
   within one document (283 pages) and 12 ms over the whole store, instead of 130-160 ms.
-- server (``url=``, ``_ServerBackend``): a Qdrant server or cluster through qdrant-client's REST API.
+- server (``url=``, ``ServerBackend``): a Qdrant server or cluster through qdrant-client's REST API.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class QdrantUnavailableError(ConnectionError):
 
 
 @dataclass(frozen=True)
-class _PagePoint:
+class PagePoint:
     """A validated page, ready for a backend: float32 vectors, zero-norm chunk rows dropped."""
 
     id: str
@@ -63,10 +63,10 @@ def _hit(payload: dict[str, Any], score: float) -> VisualHit:
     return VisualHit(doc_id=payload["doc_id"], page=int(payload["page"]), score=float(score))
 
 
-class _Backend(Protocol):
+class Backend(Protocol):
     """What the facade needs from an engine; each method is a direct translation, no logic."""
 
-    def upsert(self, points: list[_PagePoint]) -> None: ...
+    def upsert(self, points: list[PagePoint]) -> None: ...
     def delete_ids(self, ids: list[str]) -> None: ...
     def delete_doc(self, doc_id: str) -> None: ...
     def nearest(self, query: np.ndarray, using: str, limit: int, doc_ids: list[str] | None,
@@ -76,7 +76,7 @@ class _Backend(Protocol):
     def close(self) -> None: ...
 
 
-class _EdgeBackend:
+class EdgeBackend:
     """Embedded: a qdrant-edge shard in ``folder/collection``, guarded by ``folder/collection.lock``."""
 
     def __init__(self, folder: Path, collection: str, dim: int) -> None:
@@ -127,7 +127,7 @@ class _EdgeBackend:
             [] if ids is None else [qe.HasIdCondition(set(ids))])
         return qe.Filter(must=must) if must else None
 
-    def upsert(self, points: list[_PagePoint]) -> None:
+    def upsert(self, points: list[PagePoint]) -> None:
         qe = self._qe
         self._shard.update(
             qe.UpdateOperation.upsert_points(
@@ -191,7 +191,7 @@ class _EdgeBackend:
         self._lock_file.close()
 
 
-class _ServerBackend:
+class ServerBackend:
     """Remote: a collection on a Qdrant server or cluster, through qdrant-client (REST)."""
 
     def __init__(self, url: str, api_key: str | None, collection: str, dim: int) -> None:
@@ -256,7 +256,7 @@ class _ServerBackend:
             [] if ids is None else [models.HasIdCondition(has_id=ids)])
         return models.Filter(must=must) if must else None
 
-    def upsert(self, points: list[_PagePoint]) -> None:
+    def upsert(self, points: list[PagePoint]) -> None:
         models = self._models
         structs = [
             models.PointStruct(

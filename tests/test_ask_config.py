@@ -13,7 +13,7 @@ from docrefrag.graph.context import AskConfig
 
 
 def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
-    from docrefrag.cli_common import _ask_config
+    from docrefrag.cli_common import ask_config
     from docrefrag.cli_parser import build_parser
 
     toml = tmp_path / "run.toml"
@@ -24,17 +24,17 @@ def test_ask_config_from_a_file_with_cli_overrides(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"pages": 5}))
     assert AskConfig.from_file(tmp_path / "run.json").pages == 5
     args = build_parser().parse_args(["ask", "q", "--config", str(toml), "--max-rounds", "1", "--pages", "4"])
-    config = _ask_config(args)  # the file, then the options given on the command line
+    config = ask_config(args)  # the file, then the options given on the command line
     assert (config.max_rounds, config.answerer, config.pages, config.fusion) == (1, "chat", 4, "rrf")
-    assert _ask_config(build_parser().parse_args(["ask", "q"])) == AskConfig()
-    assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml),
+    assert ask_config(build_parser().parse_args(["ask", "q"])) == AskConfig()
+    assert ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml),
                                                   "--hyde", "always"])).hyde == "always"
     toml.write_text("rerank = true\n")
-    assert _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml)])).rerank
-    assert not _ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--no-rerank"])).rerank
-    chat = _ask_config(build_parser().parse_args(["ask", "q", "--reranker", "chat"]))
+    assert ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml)])).rerank
+    assert not ask_config(build_parser().parse_args(["ask", "q", "--config", str(toml), "--no-rerank"])).rerank
+    chat = ask_config(build_parser().parse_args(["ask", "q", "--reranker", "chat"]))
     assert chat.rerank and chat.reranker == "chat"
-    assert not _ask_config(build_parser().parse_args(["ask", "q", "--reranker", "chat", "--no-rerank"])).rerank
+    assert not ask_config(build_parser().parse_args(["ask", "q", "--reranker", "chat", "--no-rerank"])).rerank
 
 
 @pytest.mark.parametrize("text, message", [

@@ -59,7 +59,7 @@ def open_index(request, tmp_path: Path, monkeypatch):
         from qdrant_client import QdrantClient
 
         monkeypatch.setattr(
-            visual_backends._ServerBackend,
+            visual_backends.ServerBackend,
             "_make_client",
             staticmethod(lambda url, api_key: QdrantClient(path=str(tmp_path / "server"))),
         )

