@@ -33,7 +33,7 @@ import numpy as np
 
 from docrefrag.evals.metrics import bootstrap_se, recall_at
 from docrefrag.indexes.fusion import fuse, minmax
-from docrefrag.indexes.health import BranchHealth, health_of
+from docrefrag.indexes.health import BranchHealth, health_of, pseudo_query_runs, record
 
 BRANCH_METHODS = ("sparse", "dense")
 METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency, no health", "consistency")
@@ -55,8 +55,8 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
             start = time.perf_counter()
             names = sorted({q.doc_name for q in asked})
             for name in names:  # first, so that the searcher finds each document's health recorded
-                pages, runs = searcher.pseudo_query_runs(doc_ids[name])
-                store.record_branch_health(doc_ids[name], health_of(pages, runs))
+                pages, runs = pseudo_query_runs(searcher, doc_ids[name])
+                record(store, doc_ids[name], health_of(pages, runs))
                 f.write(json.dumps({"pseudo_queries": name, "pages": pages,
                                     "runs": [[src, sp.tolist(), de.tolist()] for src, sp, de in runs]}) + "\n")
             print(f"pseudo-queries of {len(names)} documents: "

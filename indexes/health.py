@@ -14,19 +14,28 @@ switches a branch off for a document's pages when its health is below `FusionCon
 MIN_SOURCES pages, get NaN: no gating. Why only a large gap acts, and why QUERIES = 64:
 docs/decisions/branch-health.md.
 
-The health is computed once per document and kept in the store's catalog (`Store.branch_health`);
-VERSION names this recipe: bump it when the recipe or a branch's scoring changes, so the records are
-measured again.
+This module measures it (`measure`, from the searcher's own branch scores) and keeps it, once per
+document, in the store's `branch_health` table (`recorded`, `record`, `of_documents`); VERSION names
+this recipe: bump it when the recipe or a branch's scoring changes, so the records are measured again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from docrefrag.indexes.hybrid import HybridSearcher
+    from docrefrag.indexes.store import Store
+
+logger = logging.getLogger(__name__)
 
 QUERIES = 64  # pseudo-queries per document
 WORDS = 12  # words per pseudo-query
@@ -34,6 +43,7 @@ MIN_PAGES = 5  # the fusion's top 5 holds every page of a document this short: n
 MIN_SOURCES = 3  # pseudo-queries from fewer distinct pages than this are too little evidence to judge by
 VERSION = 3  # the recipe above; records of another version are recomputed
 _WORD = re.compile(r"\w[\w.,%$-]*")
+Run = tuple[int, np.ndarray, np.ndarray]  # a pseudo-query's source page, BM25 and visual scores of the pages
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,7 @@ def pseudo_queries(doc_id: str, chunks: Iterable[tuple[int, str]], n: int = QUER
     return out
 
 
-def health_of(pages: Sequence[int], runs: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> BranchHealth:
+def health_of(pages: Sequence[int], runs: Sequence[Run]) -> BranchHealth:
     """The health of both branches on a document of `pages` from its pseudo-query runs: (source page,
     sparse scores, dense scores), the scores aligned with `pages` (NaN: the branch did not score the page)."""
     pages = np.asarray(pages)
@@ -84,3 +94,57 @@ def health_of(pages: Sequence[int], runs: Sequence[tuple[int, np.ndarray, np.nda
             rr[b].append(1.0 / rank)
     sparse, dense = ((float(np.mean(r)) - chance) / (1.0 - chance) for r in rr)
     return BranchHealth(sparse, dense, len(rr[0]))
+
+
+def pseudo_query_runs(searcher: HybridSearcher, doc_id: str) -> tuple[list[int], list[Run]]:
+    """The document's pages and, per pseudo-query, (source page, BM25 scores, visual scores) of every page,
+    scored by the searcher's branches as a search scores them."""
+    store = searcher.store
+    pages = store.page_numbers(doc_id)
+    queries = pseudo_queries(doc_id, store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []  # else unjudged
+    vectors = searcher.embedder.embed_queries([q for _, q in queries]) if queries else []
+    runs = []
+    for (source, query), vec in zip(queries, vectors, strict=True):
+        keys, sparse, dense, _ = searcher.branch_scores(query, vec, [doc_id], len(pages))
+        where = {page: i for i, (_, page) in enumerate(keys)}
+        runs.append((source, *(np.array([x[where[p]] if p in where else np.nan for p in pages])
+                               for x in (sparse, dense))))
+    return pages, runs
+
+
+def measure(searcher: HybridSearcher, doc_id: str) -> BranchHealth:
+    return health_of(*pseudo_query_runs(searcher, doc_id))
+
+
+def recorded(store: Store, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
+    """The recorded branch health of those of `doc_ids` measured with the current recipe."""
+    rows = store.db.execute(f"SELECT doc_id, sparse, dense, queries FROM branch_health WHERE version = ? AND "
+                            f"doc_id IN ({', '.join('?' * len(doc_ids))})", (VERSION, *doc_ids)).fetchall()
+    return {d: BranchHealth(_nan(s), _nan(x), q) for d, s, x, q in rows}
+
+
+def record(store: Store, doc_id: str, health: BranchHealth) -> None:
+    """Keep the measured health of a ready document (a document retired meanwhile keeps nothing)."""
+    with store.db:
+        store.db.execute("INSERT OR REPLACE INTO branch_health SELECT ?, ?, ?, ?, ? WHERE EXISTS "
+                         "(SELECT 1 FROM documents WHERE doc_id = ? AND status = 'ready')",
+                         (doc_id, VERSION, health.sparse, health.dense, health.queries, doc_id))
+
+
+def of_documents(searcher: HybridSearcher, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
+    """Each document's branch health, from the store's record or measured now (and recorded)."""
+    known = recorded(searcher.store, doc_ids)
+    missing = [d for d in doc_ids if d not in known]
+    if missing:
+        logger.info("measuring the retrieval branches' health on %d document(s) (once per document)", len(missing))
+    for doc_id in missing:
+        known[doc_id] = measure(searcher, doc_id)
+        try:
+            record(searcher.store, doc_id, known[doc_id])
+        except sqlite3.OperationalError as e:  # a cache: the search goes on, the next one measures again
+            logger.warning("could not record the branch health of %s in the store (%s)", doc_id, e)
+    return known
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else float(x)

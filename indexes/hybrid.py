@@ -5,7 +5,6 @@ region + pooled page vector), fused; each branch weighed also by its health on t
 from __future__ import annotations
 
 import logging
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -14,7 +13,7 @@ import numpy as np
 
 from docrefrag.indexes.bm25 import ScopeScores
 from docrefrag.indexes.fusion import DEFAULT_METHOD, Diagnostics, FusionMethod, fuse_with_diagnostics
-from docrefrag.indexes.health import MIN_PAGES, BranchHealth, health_of, pseudo_queries
+from docrefrag.indexes.health import of_documents
 from docrefrag.indexes.store import Store
 
 if TYPE_CHECKING:
@@ -82,12 +81,12 @@ class HybridSearcher:
             return Candidates(scope, [], np.zeros(0), np.zeros(0), None, np.zeros((0, 2)))
         self.store.visual  # noqa: B018 (opened first: if another process holds the index, fail before any work)
         query_vec = self.embedder.embed_queries([dense_query or query])[0]
-        keys, sparse, dense, scored = self._branches(query, query_vec, scope, max(self.n_candidates, k))
-        health = self.health(sorted({doc for doc, _ in keys}))
+        keys, sparse, dense, scored = self.branch_scores(query, query_vec, scope, max(self.n_candidates, k))
+        health = of_documents(self, sorted({doc for doc, _ in keys}))
         by_page = np.array([[health[doc].sparse, health[doc].dense] for doc, _ in keys]).reshape(-1, 2)
         return Candidates(scope, keys, sparse, dense, scored, by_page)
 
-    def _branches(self, query: str, query_vec: np.ndarray, scope: Sequence[str], n: int):
+    def branch_scores(self, query: str, query_vec: np.ndarray, scope: Sequence[str], n: int):
         """Each branch's top n pages of `scope`: their keys, BM25 and visual scores (NaN: not proposed)."""
         visual, bm25 = self.store.visual, self.store.bm25()
         scored = bm25.page_scores(query, scope)
@@ -98,37 +97,6 @@ class HybridSearcher:
         sparse = np.array([sparse_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
         dense = np.array([dense_by_key.get(key, np.nan) for key in keys])  # (n_candidates,)
         return keys, sparse, dense, scored
-
-    def health(self, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
-        """Each document's branch health, from the store's record or measured now (and recorded)."""
-        known = self.store.branch_health(doc_ids)
-        missing = [d for d in doc_ids if d not in known]
-        if missing:
-            logger.info("measuring the retrieval branches' health on %d document(s) (once per document)", len(missing))
-        for doc_id in missing:
-            known[doc_id] = self.measure_health(doc_id)
-            try:
-                self.store.record_branch_health(doc_id, known[doc_id])
-            except sqlite3.OperationalError as e:  # a cache: the search goes on, the next one measures again
-                logger.warning("could not record the branch health of %s in the store (%s)", doc_id, e)
-        return known
-
-    def pseudo_query_runs(self, doc_id: str) -> tuple[list[int], list[tuple[int, np.ndarray, np.ndarray]]]:
-        """The document's pages and, per pseudo-query, (source page, BM25 scores, visual scores) of every page."""
-        pages = self.store.page_numbers(doc_id)
-        # else unjudged
-        queries = pseudo_queries(doc_id, self.store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []
-        vectors = self.embedder.embed_queries([q for _, q in queries]) if queries else []
-        runs = []
-        for (source, query), vec in zip(queries, vectors, strict=True):
-            keys, sparse, dense, _ = self._branches(query, vec, [doc_id], len(pages))
-            where = {page: i for i, (_, page) in enumerate(keys)}
-            runs.append((source, *(np.array([x[where[p]] if p in where else np.nan for p in pages])
-                                   for x in (sparse, dense))))
-        return pages, runs
-
-    def measure_health(self, doc_id: str) -> BranchHealth:
-        return health_of(*self.pseudo_query_runs(doc_id))
 
     def search(self, query: str, k: int = 5, doc_ids: Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:

@@ -283,12 +283,13 @@ class Ingestor:
         return results
 
     def _measure_health(self) -> None:
-        """The branch health of every ready document that lacks it (`HybridSearcher.health` measures
+        """The branch health of every ready document that lacks it (`health.of_documents` measures
         only those, once per document)."""
+        from docrefrag.indexes import health
         from docrefrag.indexes.hybrid import HybridSearcher
 
         try:
-            HybridSearcher(self.store, self.embedder).health(self.store.ready_ids())
+            health.of_documents(HybridSearcher(self.store, self.embedder), self.store.ready_ids())
         except (StoreError, sqlite3.Error, OSError, RuntimeError) as e:  # ingested all the same; a search measures it
             logger.warning("the branch health of the new documents was not measured (%s); their first search "
                            "will measure it", e)

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,6 @@ from docrefrag.indexes.bm25 import BM25Index
 from docrefrag.indexes.catalog import SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
-from docrefrag.indexes.health import BranchHealth
 from docrefrag.indexes.store_writes import IngestWrites
 from docrefrag.indexes.writer import ingest_in_progress
 
@@ -258,19 +256,6 @@ class Store(IngestWrites):
     def page_numbers(self, doc_id: str) -> list[int]:
         return [r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? ORDER BY page", (doc_id,))]
 
-    def branch_health(self, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
-        """The recorded branch health of those of `doc_ids` measured with the current recipe."""
-        rows = self.db.execute(f"SELECT doc_id, sparse, dense, queries FROM branch_health WHERE version = ? AND "
-                               f"doc_id IN ({', '.join('?' * len(doc_ids))})", (HEALTH_VERSION, *doc_ids)).fetchall()
-        return {d: BranchHealth(_nan(s), _nan(x), q) for d, s, x, q in rows}
-
-    def record_branch_health(self, doc_id: str, health: BranchHealth) -> None:
-        """Keep the measured health of a ready document (a document retired meanwhile keeps nothing)."""
-        with self.db:
-            self.db.execute("INSERT OR REPLACE INTO branch_health SELECT ?, ?, ?, ?, ? WHERE EXISTS "
-                            "(SELECT 1 FROM documents WHERE doc_id = ? AND status = 'ready')",
-                            (doc_id, HEALTH_VERSION, health.sparse, health.dense, health.queries, doc_id))
-
     def render_path(self, doc_id: str, page: int) -> Path:
         return self.root / "renders" / doc_id / f"{page}.jpg"
 
@@ -305,7 +290,3 @@ class Store(IngestWrites):
                WHERE d.status = 'ready' ORDER BY c.doc_id, c.page, c.chunk"""
         )
         return BM25Index.build(rows)
-
-
-def _nan(x: float | None) -> float:
-    return float("nan") if x is None else float(x)

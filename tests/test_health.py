@@ -9,6 +9,7 @@ import numpy as np
 import pymupdf
 import pytest
 
+from docrefrag.indexes import health as branch_health
 from docrefrag.indexes.fusion import fuse, fuse_with_diagnostics
 from docrefrag.indexes.health import MIN_PAGES, QUERIES, BranchHealth, health_of, pseudo_queries
 from docrefrag.indexes.hybrid import HybridSearcher
@@ -113,7 +114,7 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
     searcher = HybridSearcher(store, embedder)
     hits = searcher.search("badger count near station s010", k=3)
     assert hits[0].page == 10 and hits[0].doc_id == long.doc_id
-    record = store.branch_health([long.doc_id, short.doc_id])
+    record = branch_health.recorded(store, [long.doc_id, short.doc_id])
     assert set(record) == {long.doc_id, short.doc_id}
     assert record[long.doc_id].queries == QUERIES  # 12 chunks of at least 12 words, windows drawn until QUERIES
     assert record[long.doc_id].sparse > 0.5 and record[long.doc_id].dense > 0.5  # both branches work here
@@ -124,8 +125,8 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
     store.close()
     with Store(root) as reopened:
         again = HybridSearcher(reopened, embedder)
-        monkeypatch.setattr(again, "measure_health", lambda doc_id: pytest.fail("measured twice"))
-        assert again.health([long.doc_id])[long.doc_id] == record[long.doc_id]
+        monkeypatch.setattr(branch_health, "measure", lambda searcher, doc_id: pytest.fail("measured twice"))
+        assert branch_health.of_documents(again, [long.doc_id])[long.doc_id] == record[long.doc_id]
         assert again.search("badger count near station s010", k=1)[0].page == 10
         docs = {d.doc_id: d for d in reopened.documents()}
     assert docs[long.doc_id].health_measured and docs[long.doc_id].health_dense == record[long.doc_id].dense
@@ -143,7 +144,7 @@ def test_a_page_without_text_is_scored_by_neither_branch(tmp_path, store, ingest
     doc.new_page(pno=2, width=595, height=842)  # a blank page 3
     doc.save(tmp_path / "gap.pdf")
     (result,) = ingest(store, tmp_path / "gap.pdf")
-    pages, runs = HybridSearcher(store, embedder).pseudo_query_runs(result.doc_id)
+    pages, runs = branch_health.pseudo_query_runs(HybridSearcher(store, embedder), result.doc_id)
     assert pages == list(range(1, 10)) and len(runs) == QUERIES
     assert all(source != 3 and np.isnan(sparse[2]) and np.isnan(dense[2]) for source, sparse, dense in runs)
     assert all(np.isfinite(np.delete(sparse, 2)).all() and np.isfinite(np.delete(dense, 2)).all()
@@ -156,10 +157,10 @@ def test_a_replaced_document_loses_its_record(tmp_path, store, ingest, embedder,
     pdf = light_pdf(tmp_path / "survey.pdf", pages=8)
     (old,) = ingest(store, pdf)
     HybridSearcher(store, embedder).search("station s002", k=1)
-    assert old.doc_id in store.branch_health([old.doc_id])
+    assert old.doc_id in branch_health.recorded(store, [old.doc_id])
     light_pdf(pdf, pages=8, tag="census")  # same path, new content
     (new,) = ingest(store, pdf)
-    assert new.status == "replaced" and store.branch_health([old.doc_id, new.doc_id]) == {}
+    assert new.status == "replaced" and branch_health.recorded(store, [old.doc_id, new.doc_id]) == {}
 
 
 def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_again(tmp_path, store, ingest,
@@ -167,17 +168,18 @@ def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_aga
     (doc,) = ingest(store, light_pdf(tmp_path / "survey.pdf", pages=8))
     searcher = HybridSearcher(store, embedder)
     calls = []
-    monkeypatch.setattr(searcher, "measure_health", lambda d: calls.append(d) or BranchHealth(0.8, 0.7, 64))
-    searcher.health([doc.doc_id])
-    assert searcher.health([doc.doc_id]) == {doc.doc_id: BranchHealth(0.8, 0.7, 64)} and calls == [doc.doc_id]
+    monkeypatch.setattr(branch_health, "measure", lambda _, d: calls.append(d) or BranchHealth(0.8, 0.7, 64))
+    branch_health.of_documents(searcher, [doc.doc_id])
+    assert branch_health.of_documents(searcher, [doc.doc_id]) == {doc.doc_id: BranchHealth(0.8, 0.7, 64)}
+    assert calls == [doc.doc_id]
     store.finish_document(doc.doc_id)  # a resumed ingest finishing: its pages may have changed
-    searcher.health([doc.doc_id])
+    branch_health.of_documents(searcher, [doc.doc_id])
     assert calls == [doc.doc_id] * 2
-    monkeypatch.setattr("docrefrag.indexes.store.HEALTH_VERSION", 999)  # another recipe
-    searcher.health([doc.doc_id])
+    monkeypatch.setattr(branch_health, "VERSION", 999)  # another recipe
+    branch_health.of_documents(searcher, [doc.doc_id])
     assert calls == [doc.doc_id] * 3
-    store.record_branch_health("retired", BranchHealth(0.8, 0.7, 64))  # no such ready document: nothing kept
-    assert store.branch_health(["retired"]) == {}
+    branch_health.record(store, "retired", BranchHealth(0.8, 0.7, 64))  # no such ready document: nothing kept
+    assert branch_health.recorded(store, ["retired"]) == {}
 
 
 def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
@@ -185,7 +187,7 @@ def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
 
     with DocRefrag(store=tmp_path / "store") as api:
         (result,) = api.ingest(light_pdf(tmp_path / "survey.pdf", pages=8), workers=1)
-        health = api.open_store().branch_health([result.doc_id])[result.doc_id]
+        health = branch_health.recorded(api.open_store(), [result.doc_id])[result.doc_id]
         assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
 
 
@@ -199,5 +201,6 @@ def test_the_benchmark_harness_ingests_as_the_api_does(tmp_path, store, embedder
          "answer_format": "Int"}]))
     present, doc_ids, missing = prepare("mmlongbench", tmp_path, store, None, False, embedder)
     assert len(present) == 1 and missing == 0
-    health = store.branch_health([doc_ids["survey.pdf"]])[doc_ids["survey.pdf"]]  # measured at the ingest's end
+    doc_id = doc_ids["survey.pdf"]
+    health = branch_health.recorded(store, [doc_id])[doc_id]  # measured at the ingest's end
     assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
