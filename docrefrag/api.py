@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
+from docrefrag.api_models import ModelWork
 from docrefrag.indexes.catalog import DocInfo, unfinished_summary
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
@@ -52,7 +53,10 @@ def default_store() -> Path:
     return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("docrefrag")) / "store"
 
 
-class DocRefrag:
+class DocRefrag(ModelWork):
+    """One store and the models over it: ingest, search, ask (and resume); the benchmarks, the reader's
+    bench and training, and the model weights (`docrefrag.api_models`)."""
+
     def __init__(self, store: Path | str | None = None, qdrant_url: str | None = None,
                  qdrant_api_key: str | None = None) -> None:
         self.store_path = Path(store).expanduser() if store is not None else default_store()
