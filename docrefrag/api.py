@@ -19,10 +19,11 @@ import platformdirs
 
 from docrefrag.api_models import ModelWork
 from docrefrag.indexes.catalog import DocInfo, unfinished_summary
+from docrefrag.indexes.discovery import IngestResult, discover
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
 from docrefrag.indexes.hybrid import Hit, HybridSearcher
-from docrefrag.indexes.ingest import Ingestor, IngestResult, check_workers, discover
+from docrefrag.indexes.ingest import Ingestor, check_workers
 from docrefrag.indexes.store import Store
 
 if TYPE_CHECKING:

@@ -8,8 +8,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from docrefrag.indexes.discovery import IngestResult
 from docrefrag.indexes.hybrid import HybridSearcher
-from docrefrag.indexes.ingest import Ingestor, IngestResult
+from docrefrag.indexes.ingest import Ingestor
 from docrefrag.indexes.store import Store
 
 if TYPE_CHECKING:

@@ -25,7 +25,8 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
 from docrefrag.agents import prompts
-from docrefrag.indexes.ingest import Ingestor, IngestResult
+from docrefrag.indexes.discovery import IngestResult
+from docrefrag.indexes.ingest import Ingestor
 from docrefrag.indexes.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
