@@ -1,8 +1,11 @@
 """The wheel installs one top-level package, `docrefrag`, holding the repository's top-level folders."""
 
+import json
 import subprocess
 import sys
+import sysconfig
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -27,24 +30,33 @@ def test_the_wheel_holds_one_top_level_package(wheel):
     assert "docrefrag/core/checkpoints/reader/manifest.json" in names  # the shipped reader checkpoint
 
 
-def test_the_installed_wheel_imports_as_docrefrag_only(wheel, tmp_path):
-    target = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        check=True, capture_output=True,
-    )
+def test_a_fresh_venv_gets_one_top_level_package_and_imports_it(wheel, tmp_path):
+    """`pip install` of the wheel into a new venv; the dependencies come from this environment's
+    site-packages, placed after the venv's own (its .pth files, the editable install's, are not run)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True)
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (record,) = site.glob("docrefrag-*.dist-info/RECORD")
+    installed = {line.split("/")[0] for line in record.read_text().splitlines() if not line.startswith("..")}
+    assert {name for name in installed if not name.endswith(".dist-info")} == {"docrefrag"}
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     probe = (
         "import importlib.util, docrefrag.agents.llm, docrefrag.core.reader, docrefrag.graph.run, docrefrag.evals.run\n"
         "print(docrefrag.agents.llm.__file__)\n"
         "print(docrefrag.core.reader.DEFAULT_CHECKPOINT.is_dir())\n"
         "print([importlib.util.find_spec(n) for n in ('agents', 'graph', 'indexes', 'evals', 'docrefrag_core')])\n"
     )
-    # run away from the repository, the wheel's folder first on the path
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
-        env={"PYTHONPATH": str(target), "PATH": ""}, check=True,
-    )
+    done = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True, check=True,
+                          env={"PATH": ""})  # away from the repository
     where, checkpoint, others = done.stdout.splitlines()
-    assert where.startswith(str(target))
+    assert where.startswith(str(site))
     assert checkpoint == "True"
     assert others == "[None, None, None, None, None]"
+    cli = subprocess.run([venv / "bin" / "docrefrag", "models", "list", "--json"], cwd=tmp_path, capture_output=True,
+                         text=True, env={"PATH": "", "HOME": str(Path.home())})
+    assert cli.returncode in (0, 1), cli.stderr  # 1: some model not fetched
+    assert json.loads(cli.stdout)[-1]["path"].startswith(str(site))  # the reader shipped inside the wheel
