@@ -6,20 +6,18 @@ branch replaced by noise (a branch that fails on a corpus, e.g. BM25 on repetiti
     python -m docrefrag.evals.bench_fusion stress mmlb.jsonl [--seeds 3] [--set a0=0.35 --set eta=0] \\
         [--docs 10K] [--pooled-weight 0]
 
-`dump` writes, per answerable question with evidence pages, its document's name and both branches' scores
-for every page of that document, and the dense score's two terms (the best chunk's cosine and the pooled
-vector's, indexes/visual.py); and, per document, both branches' scores of every page for each of its
-pseudo-queries (indexes/health.py). `stress --pooled-weight W` rebuilds the dense score with weight W on the
-pooled term instead (0: the best chunk alone), `stress --docs TEXT` keeps the questions on documents whose name contains
-TEXT (e.g. "10K": MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each
-branch's top `--candidates` pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G":
-that branch's scores replaced by uniform
-(U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, on the questions
-and on the pseudo-queries alike (the branch fails on the corpus), mean over seeds; "consistency, no pages" is
-the method without the candidates' page keys (no smoothness term) and without the branch health,
-"consistency, no health" with the page keys but without the health. The last
-rows: each method's worst mean margin to the best branch over the noise cases, and the standard error of
-that margin (paired per question, bootstrap over questions).
+`dump` writes, per answerable question with evidence pages, its document's name and both branches' scores for every
+page of that document, and the dense score's two terms (the best chunk's cosine and the pooled vector's,
+indexes/visual.py); and, per document, both branches' scores of every page for each of its pseudo-queries
+(indexes/health.py). `stress --pooled-weight W` rebuilds the dense score with weight W on the pooled term instead (0:
+the best chunk alone), `stress --docs TEXT` keeps the questions on documents whose name contains TEXT (e.g. "10K":
+MMLongBench-Doc's annual filings). `stress` emulates the searcher's candidates (each branch's top `--candidates`
+pages) and reports Recall@5 per method: "dev" as dumped, then "<branch> U|G": that branch's scores replaced by uniform
+(U[0, 1]) or Gaussian (sd 0.29, the same spread) noise plus 0.2 x its own min-max scores, on the questions and on the
+pseudo-queries alike (the branch fails on the corpus), mean over seeds; "consistency, no pages" is the method without
+the candidates' page keys (no smoothness term) and without the branch health, "consistency, no health" with the page
+keys but without the health. The last rows: each method's worst mean margin to the best branch over the noise cases,
+and the standard error of that margin (paired per question, bootstrap over questions).
 """
 
 from __future__ import annotations
