@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from docrefrag.core.reader import DocRefragReader
     from docrefrag.graph.context import AskConfig
-    from docrefrag.graph.run import AskResult
+    from docrefrag.graph.run import AskResult, StoredRun
     from docrefrag.graph.runs import RunOptions
 
 
@@ -215,6 +215,14 @@ class DocRefrag(ModelWork):
         from docrefrag.graph.runs import recorded_run
 
         return recorded_run(self._runs_db(self.open_store()), thread_id)
+
+    def stored_run(self, thread_id: str) -> StoredRun | None:
+        """Run `thread_id` as its checkpoints hold it (`docrefrag.graph.run.StoredRun`): finished, with its
+        result, or unfinished, with the nodes a `resume` would run; None for an unknown run."""
+        from docrefrag.graph.run import stored_run
+
+        options = self.run_options(thread_id)
+        return stored_run(self._runs_db(self.open_store()), thread_id, options.config if options else None)
 
     @staticmethod
     def _spec(model: BaseChatModel) -> str | None:

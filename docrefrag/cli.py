@@ -1,8 +1,8 @@
 """The `docrefrag` command line: parses, calls the API, prints. Errors are one line, no traceback.
 
 `main` is the console entry point (and `python -m docrefrag`'s); the arguments are defined in
-cli_parser.py, the commands in cli_store.py (ingest, docs, search, demo), cli_ask.py (ask) and
-cli_eval.py (eval, bench, train, models).
+cli_parser.py, the commands in cli_store.py (ingest, docs, search, demo), cli_ask.py (ask),
+cli_eval.py (eval, bench, train, models) and cli_serve.py (serve).
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import logging
 import sys
 
 from docrefrag.cli_ask import cmd_ask
-from docrefrag.cli_common import EXIT_ERROR
+from docrefrag.cli_common import EXIT_ERROR, one_line
 from docrefrag.cli_eval import cmd_bench, cmd_eval, cmd_models, cmd_train
 from docrefrag.cli_parser import build_parser
+from docrefrag.cli_serve import cmd_serve
 from docrefrag.cli_store import cmd_demo, cmd_docs, cmd_ingest, cmd_search
 
 RESUMABLE = ("ingest", "eval", "train")  # commands whose rerun continues where an interrupted one stopped
@@ -33,8 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # every error reaches the user as one line; -v adds the traceback
         if args.verbose:
             logging.getLogger("docrefrag").exception("failed")
-        notes = [n for n in getattr(e, "__notes__", ()) if not n.startswith("During task with name")]  # LangGraph's
-        print(" ".join(["error:", str(e), *notes]), file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return EXIT_ERROR
 
 
@@ -53,4 +53,4 @@ def _quiet_libraries() -> None:
 
 
 COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask,
-            "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo}
+            "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo, "serve": cmd_serve}

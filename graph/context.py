@@ -100,16 +100,22 @@ class AskConfig:
         except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"config file {path} is not valid "
                              f"{'JSON' if Path(path).suffix == '.json' else 'TOML'}: {e}") from None
+        return cls.from_values(values, base, where=f"config file {path}")
+
+    @classmethod
+    def from_values(cls, values: object, base: AskConfig | None = None, where: str = "config") -> AskConfig:
+        """A config from a mapping of AskConfig fields, as read from a file or a request (`where` names
+        it in the errors); the other fields keep `base`'s values, by default the defaults."""
         if not isinstance(values, dict):
-            raise ValueError(f"config file {path} must hold a table of settings, not a {type(values).__name__}")
+            raise ValueError(f"{where} must hold a table of settings, not a {type(values).__name__}")
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(values) - set(known))
         if unknown:
-            raise ValueError(f"config file {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
+            raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
         for name, value in values.items():
             expected = type(known[name].default)
             if not _fits(value, expected):
-                raise ValueError(f"config file {path}: {name} must be of type {expected.__name__}, got {value!r} "
+                raise ValueError(f"{where}: {name} must be of type {expected.__name__}, got {value!r} "
                                  f"({known[name].metadata['help']})")
         return replace(base, **values) if base is not None else cls(**values)
 

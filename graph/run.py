@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from langchain_core.language_models import BaseChatModel
@@ -85,6 +86,12 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
                        "continues it with the same options)")
             raise
         state = graph.get_state(run).values
+    return ask_result(state, config, thread_id, time.perf_counter() - start, question, earlier)
+
+
+def ask_result(state: dict, config: AskConfig, thread_id: str, seconds: float, question: str = "",
+               earlier: int = 0) -> AskResult:
+    """The result of a finished run from its final state (the trace from entry `earlier` on)."""
     best = state.get("best") or {"answer": state.get("answer", ""), "claims": state.get("claims", []),
                                  "verdict": state.get("verdict", {})}  # the best-validated round's answer
     verdict = best["verdict"]
@@ -96,9 +103,41 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
     return AskResult(question=state.get("question", question), answer=answer, claims=claims, withheld=withheld,
                      supported=supported,
                      unsupported_reason="" if supported else unsupported_reason(verdict, config.tau),
-                     confidence=confidence, rounds=int(state.get("round", 1)),
-                     seconds=time.perf_counter() - start, ttft_s=float(state.get("ttft_s") or 0.0),
-                     tokens=int(state.get("tokens", 0)), thread_id=thread_id, trace=state.get("trace", [])[earlier:])
+                     confidence=confidence, rounds=int(state.get("round", 1)), seconds=seconds,
+                     ttft_s=float(state.get("ttft_s") or 0.0), tokens=int(state.get("tokens", 0)),
+                     thread_id=thread_id, trace=state.get("trace", [])[earlier:])
+
+
+@dataclass
+class StoredRun:
+    """A run as its checkpoints hold it: finished (with its result) or not (the nodes still to run)."""
+
+    thread_id: str
+    question: str
+    finished: bool
+    next: list[str]  # the nodes a resume would run next; empty when finished
+    trace: list[dict]  # every node run so far on this thread
+    result: AskResult | None  # when finished
+
+
+def stored_run(checkpoints: Path, thread_id: str, config: AskConfig | None = None) -> StoredRun | None:
+    """Run `thread_id` read from the checkpoints file (None when it has no checkpoint there); `config`,
+    the run's own (`graph.runs`), decides abstention as when it ran."""
+    if not checkpoints.is_file():
+        return None
+    with closing(sqlite3.connect(checkpoints, check_same_thread=False)) as conn:
+        snapshot = build_graph(checkpointer=SqliteSaver(conn)).get_state({"configurable": {"thread_id": thread_id}})
+    state = snapshot.values
+    if not state:
+        return None
+    finished = not snapshot.next
+    result = None
+    if finished:
+        ended = datetime.fromisoformat(snapshot.created_at).timestamp() if snapshot.created_at else None
+        seconds = ended - state["started_at"] if ended and state.get("started_at") else 0.0
+        result = ask_result(state, config or AskConfig(), thread_id, max(seconds, 0.0))
+    return StoredRun(thread_id, state.get("question", ""), finished, list(snapshot.next), state.get("trace", []),
+                     result)
 
 
 def unsupported_reason(verdict: dict, tau: float) -> str:

@@ -96,6 +96,16 @@ def image_folder_source(folder: Path) -> DocSource:
     return DocSource("images", folder, tuple(files))
 
 
+def open_page_image(path: Path) -> Image.Image:
+    """A page image file as RGB; ValueError, naming the file and the remedy, when it cannot be read."""
+    try:
+        with Image.open(path) as im:
+            im.load()
+            return im.convert("RGB")
+    except Exception as e:  # PIL raises several types for unreadable input
+        raise ValueError(f"{path.name} is not a readable image ({e}); re-export it as PNG or JPEG") from e
+
+
 def open_pdf(path: Path) -> pymupdf.Document:
     """Open a PDF or raise IngestError with a one-line reason and a remedy."""
     if not path.is_file():
@@ -192,13 +202,7 @@ class PageParser:
         return chunk["text"].strip(), blocks
 
     def _parse_image_page(self, index: int) -> ParsedPage:
-        path = self.source.files[index]
-        try:
-            with Image.open(path) as im:
-                im.load()
-                rgb = im.convert("RGB")
-        except Exception as e:
-            raise ValueError(f"{path.name} is not a readable image ({e}); re-export it as PNG or JPEG") from e
+        rgb = open_page_image(self.source.files[index])
         scale = 72 / RENDER_DPI
         if max(rgb.size) > MAX_RENDER_SIDE:
             factor = MAX_RENDER_SIDE / max(rgb.size)

@@ -24,7 +24,7 @@ from docrefrag.core.page import Block, Word
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.bm25 import BM25Index
 from docrefrag.indexes.catalog import SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
-from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.errors import StoreError, UnknownDocumentError
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
 from docrefrag.indexes.store_writes import IngestWrites
 from docrefrag.indexes.writer import ingest_in_progress
@@ -201,7 +201,7 @@ class Store(IngestWrites):
             if unfinished:
                 raise StoreError(f"{doc!r} is only partly ingested ({unfinished_summary(unfinished)}); "
                                  "rerun `docrefrag ingest` on it to finish")
-            raise StoreError(f"no document {doc!r} in the store at {self.root}; `docrefrag docs` lists them")
+            raise UnknownDocumentError(f"no document {doc!r} in the store at {self.root}; `docrefrag docs` lists them")
         raise StoreError(f"{doc!r} matches {len(ids)} documents ({', '.join(ids)}); pass a full doc id")
 
     def page(self, doc_id: str, page: int) -> PageRecord:
