@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pytest
 from conftest import ANSWER_PAGE, PAGE_SIZE, QUESTION
@@ -39,7 +40,11 @@ def test_the_page_and_its_assets_are_served_by_the_package(server):
     for asset in ("/static/app.js", "/static/app.css"):
         assert client.get(asset).status_code == 200
     assert "/documents" in client.get("/openapi.json").json()["paths"]
-    assert client.get("/docs").status_code == 200
+    docs = client.get("/docs")  # Swagger UI from files the server holds: it works offline
+    assert docs.status_code == 200 and "cdn" not in docs.text and "https://" not in docs.text
+    for asset in re.findall(r'(?:src|href)="(/[^"]+\.(?:js|css))"', docs.text):
+        assert client.get(asset).status_code == 200, asset
+    assert len(re.findall(r'(?:src|href)="/[^"]+\.(?:js|css)"', docs.text)) == 2
 
 
 def test_documents_lists_the_report_without_server_paths(server):

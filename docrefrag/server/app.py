@@ -2,7 +2,8 @@
 (`StoreWorker`), the background ingests, the routes (documents.py, asking.py), the bearer token, the
 errors as JSON (a ValueError is a 422, an unknown document a 404, a store that cannot serve a 409,
 each message redacted of secrets) and the web page at `/` with its static files (docrefrag/web/,
-shipped in the package: no build step, no CDN). The OpenAPI schema is FastAPI's, at /docs.
+shipped in the package: no build step, no CDN). The OpenAPI schema is FastAPI's, browsable at /docs
+(Swagger UI served from fastapi-offline's bundled files, so it works offline too).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from docrefrag.api import DocRefrag
 from docrefrag.cli_parser import installed_version
@@ -87,7 +89,7 @@ def create_app(store: Path | str, token: str | None = None, max_upload_mb: float
         yield
         await asyncio.to_thread(worker.close)
 
-    app = FastAPI(title="docrefrag", summary="Question answering over long, visually rich documents, "
+    app = FastAPIOffline(title="docrefrag", summary="Question answering over long, visually rich documents, "
                                              "with the pages and regions each answer rests on",
                   version=installed_version(), lifespan=lifespan)
     app.state.docrefrag = state
