@@ -13,48 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import date
 from pathlib import Path
 
-import psutil
-
-
-class PeakRSS:
-    """Samples the memory of this process and its children every `interval` seconds: the sum of
-    their PSS (proportional set size: shared pages such as torch's libraries are split between the
-    processes that map them, so the sum is the tree's real footprint; a sum of RSS counts them once
-    per process)."""
-
-    def __init__(self, interval: float = 0.2) -> None:
-        self.interval, self.peak, self._stop = interval, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            total = 0
-            for p in [me, *me.children(recursive=True)]:
-                try:
-                    total += p.memory_full_info().pss
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
-            time.sleep(self.interval)
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+from docrefrag.evals.measure import PeakRSS, machine
 
 
 def ingest(paths: list[Path], store_dir: Path) -> tuple[list, float, int]:
@@ -176,7 +143,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             big = build_big_pdf(args.docs, args.big_pdf, Path(tmp) / "big.pdf")
             res, secs, peak_big = ingest([big], Path(tmp) / "store")
-        row = {"date": date.today().isoformat(), "machine": f"{psutil.cpu_count()} CPU cores, {platform.machine()}",
+        row = {"date": date.today().isoformat(), "machine": machine(),
                "big_pdf_pages": res[0].pages, "big_pdf_ocr_pages": res[0].ocr_pages, "big_pdf_seconds": secs,
                "big_pdf_pages_per_s": res[0].pages / secs, "big_pdf_peak_pss_mb": peak_big / 1e6}
         print(json.dumps(row, indent=2))
@@ -189,7 +156,7 @@ def main() -> None:
     born = [r for r in ok if r.ocr_pages == 0]
     scanned = [r for r in ok if r.ocr_pages == r.pages]
     row = {
-        "date": date.today().isoformat(), "machine": f"{psutil.cpu_count()} CPU cores, {platform.machine()}",
+        "date": date.today().isoformat(), "machine": machine(),
         "documents": len(ok), "failed": len(results) - len(ok), "pages": sum(r.pages for r in ok),
         "ocr_pages": sum(r.ocr_pages for r in ok), "seconds": seconds,
         "pages_per_s": sum(r.pages for r in ok) / seconds,

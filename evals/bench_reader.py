@@ -14,7 +14,6 @@ For k other than the checkpoint's, the projector/aligner/selector are untrained 
 
 from __future__ import annotations
 
-import platform
 import tempfile
 import time
 from dataclasses import replace
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 
 from docrefrag.core.selector import AllSelector, NoneSelector
-from docrefrag.evals.bench_ingest import PeakRSS
+from docrefrag.evals.measure import PeakRSS, machine
 
 QUESTION = "How many megawatts of solar capacity did the North region report, and in which year?"
 
@@ -86,10 +85,6 @@ def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, chec
     return rows
 
 
-def machine() -> str:
-    return f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, {date.today()}"
-
-
 def markdown(rows: list[dict]) -> str:
     full = next((r for r in rows if r["mode"] == "full"), None)
     lines = ["| mode | k | pages | input tokens | tokens/page | TTFT (s) | TTFT speed-up vs full | TPOT (s) "
@@ -108,6 +103,6 @@ def bench(pages: int, store: Path | None, doc: str | None, ks: list[int], p: flo
     tokens = stored_pages(store, doc, pages) if store else generated_pages(pages)
     rows = run_bench(tokens, ks, p, new_tokens, checkpoint)
     for r in rows:
-        r["machine"] = machine()
+        r["machine"] = f"{machine()}, {torch.get_num_threads()} torch threads, {date.today()}"
     rows[0]["setup_s"] = round(time.perf_counter() - start, 1)
     return rows
