@@ -1,7 +1,7 @@
 """The store directory: a SQLite catalog, page renders, the BM25 index and the visual index.
 
     STORE/catalog.sqlite   documents, pages (words, blocks, markdown), page tokens, BM25 chunks,
-                           each document's branch health (indexes/catalog.py lists the tables)
+                           each document's branch health, the evidence graph (indexes/catalog.py)
     STORE/renders/DOC/N.jpg   144 dpi page renders
     STORE/bm25.npz         BM25 term counts of the ready documents (rebuilt when they change)
     STORE/visual/          embedded Qdrant (qdrant-edge) shard, unless a server URL is given
@@ -25,6 +25,7 @@ from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.bm25 import BM25Index
 from docrefrag.indexes.catalog import SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
 from docrefrag.indexes.errors import StoreError, UnknownDocumentError
+from docrefrag.indexes.evidence_graph import DocumentGraph
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
 from docrefrag.indexes.store_writes import IngestWrites
 from docrefrag.indexes.writer import ingest_in_progress
@@ -65,6 +66,7 @@ class Store(IngestWrites):
         self.qdrant_api_key = qdrant_api_key
         self._visual = None
         self._bm25: tuple[int, BM25Index] | None = None
+        self._graphs: dict[str, tuple[str | None, DocumentGraph]] = {}
 
     def _check(self, qdrant_url: str | None) -> None:
         """Refuse a store of another schema, a URL that contradicts where its vectors are, a lost index."""
@@ -168,6 +170,11 @@ class Store(IngestWrites):
     def encoder_id(self) -> str | None:
         return self._meta("encoder_id")
 
+    @property
+    def text_dim(self) -> int:
+        """The text embedder's width in the stored tokens (0 before any page was encoded)."""
+        return int(self._meta("text_dim") or 0)
+
     # ------------------------------------------------------------------ reads
 
     def documents(self) -> list[DocInfo]:
@@ -255,6 +262,15 @@ class Store(IngestWrites):
 
     def page_numbers(self, doc_id: str) -> list[int]:
         return [r[0] for r in self.db.execute("SELECT page FROM pages WHERE doc_id = ? ORDER BY page", (doc_id,))]
+
+    def graph(self, doc_id: str) -> DocumentGraph:
+        """The document's evidence graph, read once per store generation (built from the stored pages first
+        when the document was ingested before the graph existed)."""
+        generation = self._meta("generation")
+        cached = self._graphs.get(doc_id)
+        if cached is None or cached[0] != generation:
+            self._graphs[doc_id] = (generation, DocumentGraph.load(self.db, doc_id, self.text_dim))
+        return self._graphs[doc_id][1]
 
     def render_path(self, doc_id: str, page: int) -> Path:
         return self.root / "renders" / doc_id / f"{page}.jpg"

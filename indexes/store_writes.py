@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from docrefrag.core.page_encoder import PageTokens
+from docrefrag.indexes import evidence_graph
 from docrefrag.indexes.catalog import DocInfo
 from docrefrag.indexes.pages import ParsedPage
 
@@ -28,6 +29,7 @@ class IngestWrites:
 
     db: sqlite3.Connection
     root: Path
+    text_dim: int
 
     def find(self, doc_id: str) -> DocInfo | None:
         return next((d for d in self.documents() if d.doc_id == doc_id), None)
@@ -85,6 +87,10 @@ class IngestWrites:
                 (doc_id, parsed.page, parsed.width, parsed.height, int(parsed.ocr), len(parsed.words),
                  parsed.error, parsed.markdown, words, blocks),
             )
+            evidence_graph.write_page(self.db, doc_id, parsed.page, parsed.width, parsed.height, parsed.words,
+                                      parsed.blocks, parsed.markdown, tokens.tokens if tokens else None,
+                                      tokens.word_counts if tokens else None, self.text_dim,
+                                      failed=parsed.error is not None)
 
     def finish_document(self, doc_id: str) -> list[str]:
         """Make `doc_id` searchable; retire older versions of its source. Returns the retired ids."""
@@ -95,6 +101,7 @@ class IngestWrites:
             for old_id in old:
                 self._delete_rows(old_id)
                 self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (old_id,))
+            evidence_graph.finish(self.db, doc_id)
             self.db.execute("UPDATE documents SET status = 'ready' WHERE doc_id = ?", (doc_id,))
             self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # e.g. measured while it resumed
             self._bump_generation()
@@ -110,7 +117,7 @@ class IngestWrites:
                 self.db.execute("DELETE FROM tombstones WHERE doc_id = ?", (doc_id,))
 
     def _delete_rows(self, doc_id: str) -> None:
-        for table in ("chunks", "tokens", "pages", "branch_health", "documents"):
+        for table in ("chunks", "tokens", "pages", "branch_health", "elements", "edges", "graphs", "documents"):
             self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
 
     def _bump_generation(self) -> None:
