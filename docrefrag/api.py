@@ -25,6 +25,7 @@ from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
 from docrefrag.indexes.hybrid import Hit, HybridSearcher
 from docrefrag.indexes.ingest import Ingestor, check_workers
 from docrefrag.indexes.store import Store
+from docrefrag.indexes.writer import IngestLock
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -124,6 +125,13 @@ class DocRefrag(ModelWork):
         store = self.open_store(create=True)
         with Ingestor(store, workers=workers, show_progress=show_progress, embedder=self.embedder) as ingestor:
             return ingestor.ingest_sources(sources, failed)
+
+    def upgrade(self) -> list[str]:
+        """Build the evidence graph of each ready document whose graph is missing or of an older version, from
+        its stored pages (no re-parsing), holding the store's ingest lock; the names of those upgraded."""
+        store = self.open_store()
+        with IngestLock(store.root):
+            return store.upgrade_graphs()
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:

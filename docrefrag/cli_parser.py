@@ -120,11 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(mlist)
 
     ingest = sub.add_parser("ingest", help="add PDFs, folders of PDFs, or folders of page images to a store")
-    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+    ingest.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="a PDF, a folder of PDFs (searched recursively) or a folder of page images (one document)")
     _store_args(ingest)
     ingest.add_argument("--workers", type=int, default=None,
                         help="page-parsing processes (default: CPU count, at most 4)")
+    ingest.add_argument("--upgrade", action="store_true",
+                        help="also build the evidence graph of documents ingested before it existed (or by an "
+                             "older version), from their stored pages; without PATH, only that")
     _json_arg(ingest)
 
     search = sub.add_parser("search", help="rank pages for a query (BM25 + page-region vectors)")

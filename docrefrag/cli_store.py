@@ -17,12 +17,19 @@ if TYPE_CHECKING:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    if not args.paths and not args.upgrade:
+        raise ValueError("give a PDF, a folder of PDFs or a folder of page images to ingest (or --upgrade)")
     with api(args) as dr:
-        results = dr.ingest(args.paths, workers=args.workers, show_progress=not args.json and sys.stderr.isatty())
+        results = dr.ingest(args.paths, workers=args.workers,
+                            show_progress=not args.json and sys.stderr.isatty()) if args.paths else []
+        upgraded = dr.upgrade() if args.upgrade else []
         if (dr.store_path / "catalog.sqlite").is_file():  # nothing to ingest creates no store
             print(f"store: {dr.store_path}", file=sys.stderr)
     if args.json:
-        print(json.dumps([asdict(r) for r in results], indent=2))
+        print(json.dumps([asdict(r) for r in results] + ([{"upgraded": upgraded}] if args.upgrade else []), indent=2))
+    elif args.upgrade:
+        print(f"upgraded   {len(upgraded)} document(s) to the current evidence graph" +
+              (f": {', '.join(upgraded)}" if upgraded else " (all were current)"))
     for r in results:
         if args.json:
             break

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from docrefrag.core.page import Block, Word
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes import evidence_graph
 from docrefrag.indexes.catalog import DocInfo
@@ -67,10 +68,12 @@ class IngestWrites:
             tmp = path.with_suffix(".tmp")
             tmp.write_bytes(parsed.render_jpeg)
             os.replace(tmp, path)
-        words = json.dumps([[w.text, round(w.x0, 2), round(w.y0, 2), round(w.x1, 2), round(w.y1, 2), w.block]
-                            for w in parsed.words])
-        blocks = json.dumps([[b.kind, round(b.x0, 2), round(b.y0, 2), round(b.x1, 2), round(b.y1, 2)]
-                             for b in parsed.blocks])
+        stored_words = [Word(w.text, round(w.x0, 2), round(w.y0, 2), round(w.x1, 2), round(w.y1, 2), w.block)
+                        for w in parsed.words]  # as stored, so that a rebuild from the rows gives the same graph
+        stored_blocks = [Block(b.kind, round(b.x0, 2), round(b.y0, 2), round(b.x1, 2), round(b.y1, 2))
+                         for b in parsed.blocks]
+        words = json.dumps([[w.text, w.x0, w.y0, w.x1, w.y1, w.block] for w in stored_words])
+        blocks = json.dumps([[b.kind, b.x0, b.y0, b.x1, b.y1] for b in stored_blocks])
         with self.db:
             self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # measured on the old page
             self.db.execute("DELETE FROM chunks WHERE doc_id = ? AND page = ?", (doc_id, parsed.page))
@@ -87,8 +90,9 @@ class IngestWrites:
                 (doc_id, parsed.page, parsed.width, parsed.height, int(parsed.ocr), len(parsed.words),
                  parsed.error, parsed.markdown, words, blocks),
             )
-            evidence_graph.write_page(self.db, doc_id, parsed.page, parsed.width, parsed.height, parsed.words,
-                                      parsed.blocks, parsed.markdown, tokens.tokens if tokens else None,
+            evidence_graph.write_page(self.db, doc_id, parsed.page, parsed.width, parsed.height, stored_words,
+                                      stored_blocks, parsed.markdown,
+                                      tokens.tokens.astype(np.float16) if tokens else None,  # as stored
                                       tokens.word_counts if tokens else None, self.text_dim,
                                       failed=parsed.error is not None)
 
@@ -107,6 +111,15 @@ class IngestWrites:
             self._bump_generation()
         self.collect_garbage()
         return old
+
+    def upgrade_graphs(self) -> list[str]:
+        """Rebuild the evidence graph of each ready document whose graph is missing or older; their names."""
+        done = []
+        for d in self.documents():
+            if d.status == "ready" and not evidence_graph.built(self.db, d.doc_id):
+                evidence_graph.rebuild(self.db, d.doc_id, self.text_dim)
+                done.append(d.name)
+        return done
 
     def collect_garbage(self) -> None:
         """Remove vectors and renders of retired documents (idempotent; safe to rerun after a kill)."""

@@ -132,7 +132,8 @@ def _check_consistent(store: Store) -> None:
     - a page without error has a tokens row and, if it has words, chunks, a vector point and a render;
     - BM25 holds exactly the pages with chunks of the ready documents;
     - the visual index holds exactly the pages with words of a ready document (of a resumable
-      one, at least those).
+      one, at least those);
+    - the evidence graph is consistent (`_check_graphs`).
     """
     db = store.db
     docs = {d.doc_id: d for d in store.documents()}
@@ -171,6 +172,37 @@ def _check_consistent(store: Store) -> None:
             expected_bm25 |= {(doc_id, p) for p in chunk_pages}
     assert set(bm25.page_keys) == expected_bm25
     assert store.visual.count() == visual_total, "the visual index holds pages of unknown documents"
+    _check_graphs(store, docs)
+
+
+def _check_graphs(store: Store, docs: dict) -> None:
+    """The evidence graph: no node or edge of an unknown document or failed page, every edge between
+    existing nodes, and a ready document's graph exactly the one a rebuild from its stored pages gives
+    (so a resumed or repeated ingest left nothing extra, and nothing missing)."""
+    from docrefrag.indexes import evidence_graph
+
+    db = store.db
+    for table in ("elements", "edges", "graphs"):
+        orphans = db.execute(f"SELECT DISTINCT doc_id FROM {table} WHERE doc_id NOT IN "
+                             "(SELECT doc_id FROM documents)").fetchall()
+        assert not orphans, f"{table} has rows of unknown documents {orphans}"
+    for doc_id, d in docs.items():
+        ok = {r[0] for r in db.execute("SELECT page FROM pages WHERE doc_id = ? AND error IS NULL", (doc_id,))}
+        nodes = set(db.execute("SELECT page, element FROM elements WHERE doc_id = ?", (doc_id,)).fetchall())
+        assert {p for p, _ in nodes} - {0} == ok, f"{doc_id}: graph nodes on pages {sorted({p for p, _ in nodes})}"
+        for sp, s, dp, dd in db.execute("SELECT src_page, src, dst_page, dst FROM edges WHERE doc_id = ?", (doc_id,)):
+            assert (sp, s) in nodes and (dp, dd) in nodes, f"{doc_id}: edge {(sp, s)} -> {(dp, dd)} of a missing node"
+        if d.status != "ready":
+            continue
+        assert evidence_graph.built(db, doc_id), f"{doc_id} is ready without its document-level graph"
+        fresh = sqlite3.connect(":memory:")
+        db.backup(fresh)
+        evidence_graph.rebuild(fresh, doc_id, store.text_dim)
+        for table in ("elements", "edges"):
+            query = f"SELECT * FROM {table} WHERE doc_id = ? ORDER BY 1, 2, 3, 4, 5, 6"
+            assert db.execute(query, (doc_id,)).fetchall() == fresh.execute(query, (doc_id,)).fetchall(), \
+                f"{doc_id}: the stored {table} differ from a rebuild of the graph"
+        fresh.close()
 
 
 @pytest.fixture(scope="session")
