@@ -1,7 +1,7 @@
 """The `docrefrag` command line: parses, calls the API, prints. Errors are one line, no traceback.
 
 `main` is the console entry point (and `python -m docrefrag`'s); the arguments are defined in
-cli_parser.py, the commands in cli_store.py (ingest, docs, search, demo), cli_ask.py (ask),
+cli_parser.py, the commands in cli_store.py (ingest, docs, search, memory, demo), cli_ask.py (ask),
 cli_eval.py (eval, bench, train, models) and cli_serve.py (serve).
 """
 
@@ -15,7 +15,7 @@ from docrefrag.cli_common import EXIT_ERROR, one_line
 from docrefrag.cli_eval import cmd_bench, cmd_eval, cmd_models, cmd_train
 from docrefrag.cli_parser import build_parser
 from docrefrag.cli_serve import cmd_serve
-from docrefrag.cli_store import cmd_demo, cmd_docs, cmd_ingest, cmd_search
+from docrefrag.cli_store import cmd_demo, cmd_docs, cmd_ingest, cmd_memory, cmd_search
 
 RESUMABLE = ("ingest", "eval", "train")  # commands whose rerun continues where an interrupted one stopped
 
@@ -52,5 +52,6 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "ask": cmd_ask,
-            "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo, "serve": cmd_serve}
+COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "memory": cmd_memory,
+            "ask": cmd_ask, "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo,
+            "serve": cmd_serve}

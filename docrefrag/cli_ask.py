@@ -24,7 +24,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
         for entry in update.get("trace", []):
             detail = {k: v for k, v in entry.items()
                       if k in ("answer", "confidence", "query", "note", "round", "query_disagreement", "hyde",
-                                   "sub_queries")}
+                                   "sub_queries", "recalled")}
             if entry.get("hits"):
                 detail["pages"] = [h["page"] for h in entry["hits"][:5]]
             print(f"[{node}] {json.dumps(detail, default=str)[:160]}", file=sys.stderr, flush=True)

@@ -53,7 +53,9 @@ def ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskCo
     config = AskConfig.from_file(args.config, base) if args.config else base or AskConfig()
     overrides = {"answerer": args.answerer, "rerank": reranks(args), "reranker": args.reranker,
                  "max_rounds": args.max_rounds, "hyde": getattr(args, "hyde_mode", None),
-                 "decompose": getattr(args, "decompose_mode", None)}
+                 "decompose": getattr(args, "decompose_mode", None), "evidence": args.evidence,
+                 "evidence_tokens": args.evidence_tokens, "evidence_steps": args.evidence_steps,
+                 "evidence_seconds": args.evidence_seconds, "memory": args.memory}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
         config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})

@@ -26,7 +26,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                              f"or {' and '.join(ignored)}")
     hyde, decompose = (mode not in (None, "never") for mode in (args.hyde_mode, args.decompose_mode))
     progress = sys.stderr.isatty()
-    config = None if args.retrieval_only or args.baselines else ask_config(args)  # a bad --config fails first
+    from docrefrag.graph.context import AskConfig
+
+    # a bad --config fails first; memory off unless asked for: a benchmark's scores must not depend on its order
+    config = None if args.retrieval_only or args.baselines else ask_config(args, AskConfig(memory=False))
     with api(args) as dr:
         if args.baselines:
             print(dr.evaluate_baselines(args.benchmark, args.data, args.out, limit=args.limit,

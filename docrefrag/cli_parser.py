@@ -61,6 +61,19 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
                         "the local chat model's (--llm local[:DIR]) P(Yes) over each page's text")
     p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
     p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
+    p.add_argument("--evidence", choices=["pages", "graph"], default=None,
+                   help="what the answerer reads: pages, the top pages' text (default), or graph, the elements "
+                        "the evidence controller opens on the evidence graph from those pages, within "
+                        "--evidence-tokens, --evidence-steps and --evidence-seconds")
+    p.add_argument("--evidence-tokens", type=int, default=None, metavar="N",
+                   help="--evidence graph: tokens of element text at most (default 1000; a regex estimate)")
+    p.add_argument("--evidence-steps", type=int, default=None, metavar="N",
+                   help="--evidence graph: controller steps at most, each open or expand of an element (default 60)")
+    p.add_argument("--evidence-seconds", type=float, default=None, metavar="SECONDS",
+                   help="--evidence graph: the controller's wall-clock seconds at most (default 5)")
+    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
+                   help="experience memory (default on for ask, off for eval): seed the search with the plans of "
+                        "earlier validated answers to similar questions, and store this run's; --no-memory: neither")
 
 
 def _llm_args(p: argparse.ArgumentParser) -> None:
@@ -144,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
     docs = sub.add_parser("docs", help="list the documents of a store")
     _store_args(docs)
     _json_arg(docs)
+
+    memory = sub.add_parser("memory", help="the store's experience memory: the plans of validated answers")
+    memsub = memory.add_subparsers(dest="memory_command", required=True)
+    mem_list = memsub.add_parser("list", help="show the stored plans: id, date, question, documents, rounds, "
+                                              "confidence")
+    _store_args(mem_list)
+    _json_arg(mem_list)
+    _store_args(memsub.add_parser("clear", help="remove every stored plan"))
 
     ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")
     ask.add_argument("question", nargs="?", default=None, help="the question, in words (quote it)")

@@ -1,11 +1,13 @@
-"""The store commands of the command line: ingest, docs, search, and demo (which ingests a generated
-report and searches it). Each prints a table, or JSON with --json."""
+"""The store commands of the command line: ingest, docs, search, memory (list or clear the experience
+memory's plans) and demo (which ingests a generated report and searches it). Each prints a table, or
+JSON with --json."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,6 +81,26 @@ def cmd_docs(args: argparse.Namespace) -> int:
                   if d.writer_pid else f"interrupted {d.pages_done}/{d.n_pages} (rerun ingest to resume)")
         print(f"{d.doc_id:16s} {d.n_pages:>5} {d.ocr_pages:>4} {d.failed_pages:>6} {_health(d):>17} "
               f"{status:9s} {d.name}")
+    return EXIT_OK
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    with api(args) as dr:
+        if args.memory_command == "clear":
+            print(f"removed {dr.clear_plans()} plan(s) from the experience memory of {dr.store_path}")
+            return EXIT_OK
+        plans, names = dr.plans(), {d.doc_id: d.name for d in dr.docs()}
+    if args.json:
+        print(json.dumps([asdict(p) for p in plans], indent=2))
+        return EXIT_OK
+    if not plans:
+        print("no stored plans; a validated `docrefrag ask` answer stores its plan (unless --no-memory)")
+        return EXIT_OK
+    print(f"{'id':>4} {'date':16s} {'rounds':>6} {'conf':>5}  {'documents':32s} question")
+    for p in plans:
+        docs = ", ".join(names.get(d, d) for d in p.doc_ids)
+        print(f"{p.id:>4} {time.strftime('%Y-%m-%d %H:%M', time.localtime(p.created_at)):16s} {p.rounds:>6} "
+              f"{p.confidence:>5.2f}  {docs[:32]:32s} {p.question}")
     return EXIT_OK
 
 

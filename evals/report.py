@@ -87,3 +87,31 @@ def accuracy_by_budget(rows: Sequence[dict], out: Path, title: str) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def budget_curves(rows: Sequence[dict], out: Path, title: str) -> Path:
+    """Accuracy (or, for rows without a score, evidence-page recall) against the reader's token budget, one
+    line per method and question kind (single- / cross-page); written to `out` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metric = "score" if all("score" in r for r in rows) else "recall"
+    lines: dict[str, dict[int, list[float]]] = {}
+    for r in rows:
+        label = f"{r['method']}, {'cross' if r['cross_page'] else 'single'}-page"
+        lines.setdefault(label, {}).setdefault(r["budget"], []).append(float(r[metric]))
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
+    for label, by_budget in sorted(lines.items()):
+        budgets = sorted(by_budget)
+        ax.plot(budgets, [sum(by_budget[b]) / len(by_budget[b]) for b in budgets], marker="o", label=label,
+                linestyle="-" if label.startswith("graph") else "--")
+    ax.set(xlabel="reader tokens per question", ylabel="accuracy" if metric == "score" else "evidence-page recall",
+           title=title, xscale="log", ylim=(0, 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -124,10 +124,12 @@ def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, ll
                 limit: int | None = None, config: AskConfig | None = None, show_progress: bool = True,
                 reader=None, extractor=None, extractor_name: str | None = None) -> dict:
     """End-to-end run through the ask graph, scored with the official rules (see evals.answers);
-    with an `extractor` chat model, answers are extracted by the official protocol first."""
+    with an `extractor` chat model, answers are extracted by the official protocol first. The default config
+    has the experience memory off, so that a question's score does not depend on the questions before it."""
+    config = config or AskConfig(memory=False)
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     name = f"{benchmark}{'-extract' if extractor is not None else ''}"  # rows with and without extraction differ
-    settings = run_settings(store, llm=llm, reader=reader, extractor=extractor, config=asdict(config or AskConfig()))
+    settings = run_settings(store, llm=llm, reader=reader, extractor=extractor, config=asdict(config))
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
                             out_dir / f"{name}-answers.jsonl", config, show_progress, reader, extractor, settings)
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,

@@ -60,6 +60,20 @@ class AskConfig:
     token_budget: int = field(default=2048, metadata={
         "help": "no new round starts once the answers have taken this many LLM output tokens (the answer "
                 "generations; planning, validation and refinement replies are short and not counted)"})
+    memory: bool = field(default=True, metadata={
+        "help": "experience memory (graph/memory.py): seed the search with the sub-queries of the stored plans "
+                "of earlier validated answers to similar questions, and store this run's plan when its answer "
+                "is validated; off: neither"})
+    evidence: Literal["pages", "graph"] = field(default="pages", metadata={
+        "help": "what the answerer reads: pages (the top pages' text) or graph (the elements the evidence "
+                "controller opens on the evidence graph from the top pages, within the evidence budgets; "
+                "agents/evidence.py)"})
+    evidence_tokens: int = field(default=1000, metadata={
+        "help": "evidence graph: tokens of opened element text at most (a regex estimate, not the decoder's)"})
+    evidence_steps: int = field(default=60, metadata={
+        "help": "evidence graph: the controller's steps at most (each open and each expand of an element)"})
+    evidence_seconds: float = field(default=5.0, metadata={
+        "help": "evidence graph: the controller's wall-clock seconds at most"})
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
@@ -80,6 +94,15 @@ class AskConfig:
                 raise ValueError(f"{name} must be one of {', '.join(PLAN_MODES)}, got {getattr(self, name)!r}")
         if not 0.0 <= self.disagreement <= 1.0:
             raise ValueError(f"disagreement is a query disagreement in [0, 1], got {self.disagreement}")
+        if self.evidence not in ("pages", "graph"):
+            raise ValueError(f"evidence must be 'pages' or 'graph', got {self.evidence!r}")
+        for name in ("evidence_tokens", "evidence_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} is a budget of the evidence controller and must be >= 1, "
+                                 f"got {getattr(self, name)}")
+        if not self.evidence_seconds > 0:
+            raise ValueError(f"evidence_seconds is the evidence controller's time budget and must be > 0, "
+                             f"got {self.evidence_seconds}")
 
     @property
     def needs_reader(self) -> bool:

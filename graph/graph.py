@@ -1,4 +1,4 @@
-"""The ask graph: plan -> retrieve [-> enrich -> retrieve] -> rerank -> answer -> validate
+"""The ask graph: plan -> retrieve [-> enrich -> retrieve] -> rerank [-> gather] -> answer -> validate
 -> done | refine -> retrieve ...
 
 The graph acts on the branches' disagreement: when the first round's search of the question finds the
@@ -7,9 +7,12 @@ the enrich node has the chat model write the plan's LLM parts whose mode is "dis
 hypothetical answer passage, HyDE, for the dense branch: the default; the sub-queries with
 `decompose="disagreement"`) and the question is searched again (at most once per run). A mode
 "always" writes that part in the plan node instead, "never" not at all. A replacement enrich node
-must set `enriched`, or the graph would route to it again.
+must set `enriched`, or the graph would route to it again. With `AskConfig.evidence="graph"` the gather
+node runs the evidence controller (agents/evidence.py) on the top pages and the answer node reads the
+elements it opened instead of the pages (with "pages", the default, the graph goes from rerank to answer).
 
-Nodes are small functions named by verb; each returns a partial state and appends one trace entry.
+Nodes are small functions named by verb; each returns a partial state and appends one trace entry (the
+plan node also a "memory" one when it recalls the plans of similar validated questions: graph/memory.py).
 Any node can be replaced by a callable with the same signature (`build_graph(nodes={...})`, or a
 dotted import path "package.module:function" from the CLI/API configuration).
 """
@@ -29,6 +32,8 @@ from langgraph.runtime import Runtime
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
 from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.evidence import Budgets, evidence_pages, evidence_rows
+from docrefrag.agents.evidence import gather as gather_evidence
 from docrefrag.agents.planner import decompose_question, disagrees, plan_question, write_hyde
 from docrefrag.agents.plugins import load_object
 from docrefrag.agents.prompts import NOT_ANSWERABLE
@@ -37,6 +42,7 @@ from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.schemas import Claim, Plan
 from docrefrag.agents.validation import validate
 from docrefrag.graph.context import AskConfig, AskContext
+from docrefrag.graph.memory import seed_plan
 from docrefrag.graph.state import AskState
 from docrefrag.indexes.hybrid import Hit
 
@@ -48,12 +54,13 @@ Node = Callable[[AskState, Runtime[AskContext]], dict]
 def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     cfg = runtime.context.config
     started = time.time()  # the run's clock (time to first answer, time budget) includes the planning
-    p, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose == "always",
-                             hyde=cfg.hyde == "always")
+    planned, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose == "always",
+                                   hyde=cfg.hyde == "always")
+    p, memory = seed_plan(planned, state["question"], state.get("doc_ids"), runtime.context)  # graph/memory.py
     return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,  # a reused thread starts afresh:
             "query_disagreement": 0.0, "enriched": False, "ttft_s": None, "answer": "", "claims": [], "verdict": {},
-            "read": [], "best": {},
-            "trace": [{"node": "plan", "plan": p.model_dump(), "notes": notes}]}
+            "read": [], "best": {}, "evidence": [],
+            "trace": [{"node": "plan", "plan": planned.model_dump(), "notes": notes}, *memory]}
 
 
 def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
@@ -113,25 +120,49 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
             "trace": [{"node": "rerank", "hits": [_hit_summary(h) for h in ranked]}]}
 
 
+def route_after_rerank(state: AskState, runtime: Runtime[AskContext]) -> Literal["gather", "answer"]:
+    return "gather" if runtime.context.config.evidence == "graph" else "answer"
+
+
+def _top_pages(state: AskState, cfg: AskConfig) -> list[tuple[str, int]]:
+    """The pages the answerer reads (or the evidence controller starts from): each refinement round more."""
+    count = (cfg.reader_pages if cfg.answerer == "reader" else cfg.pages) + 2 * (state.get("round", 1) - 1)
+    return [(h["doc_id"], h["page"]) for h in state["hits"]][:count]
+
+
+def gather(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """The evidence controller over the evidence graph from the top pages, within the config's budgets."""
+    ctx, cfg = runtime.context, runtime.context.config
+    budgets = Budgets(cfg.evidence_tokens, cfg.evidence_steps, cfg.evidence_seconds)
+    query = ctx.searcher.embedder.embed_queries([state["question"]])[0]
+    found = gather_evidence(ctx.store, state["question"], query, _top_pages(state, cfg), budgets)
+    moves = [{"step": m.step, "action": m.action, "node": list(m.node), "edge": m.edge, "score": round(m.score, 4),
+              "tokens": m.tokens} for m in found.moves]
+    return {"evidence": evidence_rows(ctx.store, found),
+            "trace": [{"node": "gather", "evidence": "graph", "budgets": asdict(budgets), "tokens": found.tokens,
+                       "steps": found.steps, "seconds": round(found.seconds, 4), "stopped": found.stopped,
+                       "elements": [list(k) for k in found.elements], "moves": moves}]}
+
+
 def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
-    widen = 2 * (state.get("round", 1) - 1)  # each refinement round reads more pages
-    if not state["hits"]:  # no page matched (e.g. a scanned document whose OCR found no text): nothing to read
-        text, tokens, claims, pages = NOT_ANSWERABLE, 0, [], []
-    elif cfg.answerer == "reader":
-        chosen = [(h["doc_id"], h["page"]) for h in state["hits"]][: cfg.reader_pages + widen]
-        pages = page_texts(ctx.store, chosen, state["question"], cfg.chars_per_page)
-        text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
-        claims = cite(text, expanded or pages)
+    graph = cfg.evidence == "graph"  # read the gathered elements, not the pages
+    if not state["hits"] or (graph and not state.get("evidence")):  # nothing to read (no page matched, e.g. a
+        text, tokens, claims, pages = NOT_ANSWERABLE, 0, [], []  # scanned document whose OCR found no text)
     else:
-        chosen = [(h["doc_id"], h["page"]) for h in state["hits"]][: cfg.pages + widen]
-        pages = page_texts(ctx.store, chosen, state["question"], cfg.chars_per_page)
-        text, tokens = answer_question(state["question"], pages, ctx.llm)
-        claims = cite(text, pages)
+        pages = (evidence_pages(state["evidence"]) if graph
+                 else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.chars_per_page))
+        if cfg.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
+            text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
+            claims = cite(text, pages if graph else expanded or pages)
+        else:
+            text, tokens = answer_question(state["question"], pages, ctx.llm)
+            claims = cite(text, pages)
     update = {"answer": text, "claims": [c.model_dump() for c in claims],
               "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text} for p in pages],
               "tokens": state.get("tokens", 0) + tokens,
-              "trace": [{"node": "answer", "answer": text, "pages": [(p.doc_id, p.page) for p in pages]}]}
+              "trace": [{"node": "answer", "answer": text, "evidence": cfg.evidence,
+                         "pages": [(p.doc_id, p.page) for p in pages]}]}
     if state.get("ttft_s") is None:
         update["ttft_s"] = time.time() - state.get("started_at", time.time())
     return update
@@ -187,8 +218,8 @@ def _hit_summary(h: Hit) -> dict:
             "rerank": None if h.rerank is None else round(h.rerank, 3)}
 
 
-NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "enrich": enrich, "rerank": rerank, "answer": answer,
-                          "validate": validate_answer, "refine": refine}
+NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "enrich": enrich, "rerank": rerank, "gather": gather,
+                          "answer": answer, "validate": validate_answer, "refine": refine}
 
 
 def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
@@ -205,7 +236,8 @@ def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
     builder.add_edge("plan", "retrieve")
     builder.add_conditional_edges("retrieve", route_after_retrieve, ["enrich", "rerank"])
     builder.add_edge("enrich", "retrieve")
-    builder.add_edge("rerank", "answer")
+    builder.add_conditional_edges("rerank", route_after_rerank, ["gather", "answer"])
+    builder.add_edge("gather", "answer")
     builder.add_edge("answer", "validate")
     builder.add_conditional_edges("validate", route_after_validate, ["refine", END])
     builder.add_edge("refine", "retrieve")

@@ -18,6 +18,7 @@ from docrefrag.agents.answer import is_unanswerable
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.graph import build_graph
+from docrefrag.graph.memory import remember
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
 
@@ -54,7 +55,8 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
 
     The answer is the best-validated round's; when even that one's validator confidence is below
     `config.tau` (no round found support), the answer is "Not answerable" and the unsupported
-    answer is kept in `withheld` (unless `config.abstain` is off)."""
+    answer is kept in `withheld` (unless `config.abstain` is off). A supported answer's plan goes
+    into the store's experience memory (`config.memory`; graph/memory.py)."""
     config = config or AskConfig()
     if reader is None and config.needs_reader:
         raise ValueError("this AskConfig reads or reranks with the Doc-REFRAG reader: pass reader=..., "
@@ -86,7 +88,10 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
                        "continues it with the same options)")
             raise
         state = graph.get_state(run).values
-    return ask_result(state, config, thread_id, time.perf_counter() - start, question, earlier)
+    result = ask_result(state, config, thread_id, time.perf_counter() - start, question, earlier)
+    if config.memory and result.supported and not is_unanswerable(result.answer):  # once, as the run ends
+        remember(store, searcher.embedder, result, state.get("doc_ids"), state.get("plan") or {})
+    return result
 
 
 def ask_result(state: dict, config: AskConfig, thread_id: str, seconds: float, question: str = "",

@@ -13,6 +13,8 @@ class AskState(TypedDict, total=False):
     plan: dict  # agents.schemas.Plan as a dict
     hits: list[dict]  # pages retrieved this round: doc_id, page, fused, sparse, dense, rerank, bbox, snippet
     read: list[dict]  # pages given to the answer agent: doc_id, page, text
+    evidence: list[dict]  # elements the evidence controller opened (evidence "graph"): doc_id, page, element,
+    # kind, bbox, text, in reading order
     answer: str
     claims: list[dict]  # agents.schemas.Claim as dicts
     verdict: dict  # agents.schemas.Verdict as a dict

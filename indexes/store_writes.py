@@ -3,8 +3,9 @@
 Consistency: every page is committed in one SQLite transaction after its vectors are upserted
 (upserts are idempotent: point ids derive from (doc, page)), so a killed ingest resumes at the
 first missing page. A document becomes searchable only when `finish_document` marks it ready; the
-same transaction retires older versions of the same source and records them as tombstones, whose
-vectors and renders are removed afterwards (and again at the next open if a kill came between).
+same transaction retires older versions of the same source (with the experience memory's plans asked
+over them alone) and records them as tombstones, whose vectors and renders are removed afterwards
+(and again at the next open if a kill came between).
 """
 
 from __future__ import annotations
@@ -132,6 +133,9 @@ class IngestWrites:
     def _delete_rows(self, doc_id: str) -> None:
         for table in ("chunks", "tokens", "pages", "branch_health", "elements", "edges", "graphs", "documents"):
             self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
+        # the experience memory's plans (graph/memory.py) asked over no document that is left
+        self.db.execute("DELETE FROM plans WHERE NOT EXISTS (SELECT 1 FROM json_each(plans.doc_ids) j "
+                        "JOIN documents d ON d.doc_id = j.value)")
 
     def _bump_generation(self) -> None:
         self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")

@@ -1,9 +1,10 @@
 """Shared fixtures: the real default text embedder and page encoder (loaded once per session),
 ingest into a store in tmp_path, cheap generated PDFs, and a store-consistency check; for the ask
 graph's tests, a generated 6-page report (the answer in a ruled table on page 4, a near-duplicate
-2018 table on page 2, ingested once per session) and scripted chat models (`GenericFakeChatModel`,
-replies in the order the graph calls it, every prompt recorded and classified); `tiny_llama`, the
-tiny random Llama decoder of the reader and training tests.
+2018 table on page 2, ingested once per session; each test starts with its experience memory empty,
+so that no earlier test's validated answer seeds its searches) and scripted chat models
+(`GenericFakeChatModel`, replies in the order the graph calls it, every prompt recorded and
+classified); `tiny_llama`, the tiny random Llama decoder of the reader and training tests.
 
 Torch runs single-threaded here, as in the ingest workers: on a 2-core machine with another job on
 one core, a MiniLM forward over a 30-word block took 0.83 s with torch's default 2 threads and
@@ -324,6 +325,16 @@ def report(tmp_path_factory, ingest) -> tuple[Path, str]:
         (result,) = ingest(store, pdf)
         assert result.status == "added" and result.pages == len(FILLER), result
     return folder / "store", result.doc_id
+
+
+@pytest.fixture(autouse=True)
+def _report_memory_empty(request) -> None:
+    """A test that uses the report finds no plan of an earlier test in its experience memory (graph/memory.py)."""
+    if "report" in request.fixturenames:
+        from docrefrag.graph.memory import clear_plans
+
+        with Store(request.getfixturevalue("report")[0]) as store:
+            clear_plans(store)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,8 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     """The default HyDE mode: the passage is written only when the question's search finds the branches'
     query disagreement at or above the threshold, then the question is searched again; once per run."""
     llm, seen = scripted("4,812", "Yes")
-    never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="never", max_rounds=1))
+    # memory=False: no run stores its plan, so none seeds the next one's search (graph/memory.py)
+    never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="never", max_rounds=1, memory=False))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     first = entries(never.trace, "retrieve")[0]["queries"][0]
     q = first["query_disagreement"]  # rounded to 3 decimals
@@ -38,11 +39,11 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     assert first["switched_off"] == {"sparse": 0, "dense": 0}  # no branch fails on the generated report
 
     llm, seen = scripted("4,812", "Yes")
-    calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=q + 0.01))
+    calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=q + 0.01, memory=False))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     assert nodes_of(calm.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
 
-    config = AskConfig(answerer="chat", disagreement=max(q - 0.01, 0.0), max_rounds=1)
+    config = AskConfig(answerer="chat", disagreement=max(q - 0.01, 0.0), max_rounds=1, memory=False)
     llm, seen = scripted(HYDE, "4,812", "Yes")
     once = dr.ask(QUESTION, llm=llm, config=config, thread_id="hyde-thread")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
@@ -83,7 +84,8 @@ def test_disagreeing_branches_bring_sub_queries_in_that_mode(dr):
     assert after["queries"][0]["sparse"].startswith(QUESTION) and after["queries"][1]["sparse"].startswith(sub)
 
     llm, seen = scripted(f"1. {sub}", "4,812", "Yes")  # decomposition alone, on disagreement
-    config = AskConfig(answerer="chat", hyde="never", decompose="disagreement", disagreement=0.0, max_rounds=1)
+    config = AskConfig(answerer="chat", hyde="never", decompose="disagreement", disagreement=0.0, max_rounds=1,
+                       memory=False)  # the first run's recalled sub-query would count as the decomposition
     dr.ask(QUESTION, llm=llm, config=config)
     assert [prompt_kind(p) for p in seen] == ["decompose", "answer", "validate"]
 

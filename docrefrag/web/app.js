@@ -210,6 +210,9 @@ function describe(node, entry) {
         : `the branches disagreed (${entry.query_disagreement}); searching again`;
     case "rerank":
       return entry.note || `reranked: ${(entry.hits || []).slice(0, 5).map((h) => pageName(h.doc_id, h.page)).join(", ")}`;
+    case "gather":
+      return `evidence: ${(entry.elements || []).length} elements opened, ${entry.tokens} tokens, `
+        + `${entry.steps} steps (stopped: ${entry.stopped})`;
     case "answer":
       return `answer: ${entry.answer}`;
     case "validate":
