@@ -103,12 +103,15 @@ def budget_curves(rows: Sequence[dict], out: Path, title: str) -> Path:
         label = f"{r['method']}, {'cross' if r['cross_page'] else 'single'}-page"
         lines.setdefault(label, {}).setdefault(r["budget"], []).append(float(r[metric]))
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
-    for label, by_budget in sorted(lines.items()):
-        budgets = sorted(by_budget)
-        ax.plot(budgets, [sum(by_budget[b]) / len(by_budget[b]) for b in budgets], marker="o", label=label,
-                linestyle="-" if label.startswith("graph") else "--")
+    budgets = sorted({r["budget"] for r in rows})
+    for label, by_budget in sorted(lines.items()):  # colour: the question kind; solid: the controller
+        xs = sorted(by_budget)
+        ax.plot(xs, [sum(by_budget[b]) / len(by_budget[b]) for b in xs], marker="o", label=label,
+                color="C0" if "single" in label else "C1", linestyle="-" if label.startswith("graph") else "--")
     ax.set(xlabel="reader tokens per question", ylabel="accuracy" if metric == "score" else "evidence-page recall",
            title=title, xscale="log", ylim=(0, 1))
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
