@@ -19,7 +19,7 @@ REPORT_PAGES = 6
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory, ingest):
+def annual(tmp_path_factory, ingest):
     """A 6-page sample report ingested into a fresh store: (store, facts, results, pdf path)."""
     root = tmp_path_factory.mktemp("report")
     pdf = root / "annual.pdf"
@@ -29,8 +29,8 @@ def report(tmp_path_factory, ingest):
         yield store, facts, results, pdf
 
 
-def test_report_ingests_every_page(report, encoder, counts, check_consistent):
-    store, _, results, pdf = report
+def test_report_ingests_every_page(annual, encoder, counts, check_consistent):
+    store, _, results, pdf = annual
     (result,) = results
     assert (result.status, result.pages, result.ocr_pages, result.failed_pages) == ("added", REPORT_PAGES, 0, 0)
     assert result.source == str(pdf.resolve()) and result.message == ""
@@ -58,8 +58,8 @@ def test_report_ingests_every_page(report, encoder, counts, check_consistent):
     check_consistent(store)
 
 
-def test_search_ranks_the_facts_page_first(report, embedder):
-    store, facts, _, _ = report
+def test_search_ranks_the_facts_page_first(annual, embedder):
+    store, facts, _, _ = annual
     searcher = HybridSearcher(store, embedder)
     for fact in facts:
         hits = searcher.search(fact.question, k=3)
@@ -71,8 +71,8 @@ def test_search_ranks_the_facts_page_first(report, embedder):
             assert hits[0].snippet and hits[0].bbox is not None
 
 
-def test_unchanged_file_is_not_ingested_again(report, ingest, counts):
-    store, _, (first,), pdf = report
+def test_unchanged_file_is_not_ingested_again(annual, ingest, counts):
+    store, _, (first,), pdf = annual
     before = counts(store.root, first.doc_id)
     (again,) = ingest(store, pdf)
     assert (again.status, again.doc_id, again.pages) == ("unchanged", first.doc_id, REPORT_PAGES)
