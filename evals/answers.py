@@ -107,6 +107,7 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                    "cited": [c["page"] for claim in result.claims for c in claim["citations"]],
                    "confidence": result.confidence, "withheld": result.withheld,
                    "score_without_abstention": score(q, result.withheld) if result.withheld else None,
+                   "recalled": [p["id"] for e in result.trace if e["node"] == "memory" for p in e["recalled"]],
                    "rounds": result.rounds, "seconds": result.seconds,
                    "ttft_s": result.ttft_s, "tokens": result.tokens}
             f.write(json.dumps(row) + "\n")

@@ -107,6 +107,31 @@ def test_memory_never_changes_the_citations(dr):
     assert answers[True].claims[0]["citations"][0]["page"] == ANSWER_PAGE
 
 
+def test_the_memory_bench_splits_each_document_and_its_rows_name_the_recalled_plans(dr, report, tmp_path):
+    """evals.bench_memory: per document, the first ceil(n/2) questions and the rest, one-question documents
+    left out; evaluate_answers' rows name the plans each question recalled."""
+    from docrefrag.evals.answers import evaluate_answers
+    from docrefrag.evals.bench_memory import halves
+    from docrefrag.evals.datasets import Question
+    from docrefrag.indexes.hybrid import HybridSearcher
+
+    def q(qid: str, doc: str, text: str = QUESTION) -> Question:
+        return Question(qid, "mmlongbench", doc, text, "4812", "Int", (ANSWER_PAGE,), ("Table",))
+
+    a1, b1, a2, c1, a3, b2, b3 = (q("a1", "a"), q("b1", "b"), q("a2", "a"), q("c1", "c"), q("a3", "a"),
+                                  q("b2", "b"), q("b3", "b"))
+    assert halves([a1, b1, a2, c1, a3, b2, b3]) == ([a1, a2, b1, b2], [a3, b3])
+
+    _refined_run(dr)
+    (stored,) = dr.plans()
+    llm, _ = scripted("4,812", "Yes", "Contactless payment", "Yes")
+    rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm,
+                            [q("p", "transit-review.pdf", PARAPHRASE), q("u", "transit-review.pdf", UNRELATED)],
+                            {"transit-review.pdf": report[1]}, tmp_path / "rows.jsonl",
+                            AskConfig(**CHAT, max_rounds=1), show_progress=False)
+    assert [r["recalled"] for r in rows] == [[stored.id], []]
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "docrefrag", *args], capture_output=True, text=True, cwd=REPO,
                           env=subprocess_env(), timeout=300)
