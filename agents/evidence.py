@@ -12,9 +12,12 @@ After each open, candidates below PRUNE times the best opened score are dropped.
 the tokens left is dropped, unless it is bigger than the whole budget: it is then opened cut to the tokens
 left (so one long table is not lost to a small budget). Same inputs, same moves (ties: the lower node id).
 
+With a `choose` function (`chat_chooser`: AskConfig.evidence_driver="llm") a chat model picks which of the
+CHOICES best-scored candidates to open next, or ends the walk; the budgets bind as before.
+
 Departures from MAGE-RAG: the evidence is text (each element's words; no region crops for a vision
-model), the moves follow this fixed score (no model chooses them), and there is no search move: a
-question the walk cannot answer is searched again by the ask graph's refine round.
+model), the moves follow this fixed score unless a chat model picks among the best few, and there is no
+search move: a question the walk cannot answer is searched again by the ask graph's refine round.
 """
 
 from __future__ import annotations
@@ -22,11 +25,16 @@ from __future__ import annotations
 import heapq
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
 
+from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText
+from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.indexes.bm25 import tokenize
 from docrefrag.indexes.catalog import ChunkRecord
 from docrefrag.indexes.elements import Element
@@ -35,9 +43,14 @@ from docrefrag.indexes.store import Store
 LEXICAL = 1.0  # weight of the lexical share beside the cosine (both about 0..1 on a relevant element)
 PRUNE = 0.5  # candidates scoring below this fraction of the best opened score leave the frontier
 EDGES = ("caption", "next", "adjacent", "similar")  # in this order: a caption edge's lift comes first
+CHOICES = 4  # the best-scored candidates a `choose` function picks from
+PREVIEW = 40  # tokens of each candidate's text a chat model sees
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 Key = tuple[str, int, int]  # (doc_id, page, element)
+# (question, the candidates best-scored first as (key, element, score), elements opened so far) -> the index
+# of the candidate to open next, or None to end the walk
+Chooser = Callable[[str, list[tuple[Key, Element, float]], int], int | None]
 
 
 def count_tokens(text: str) -> int:
@@ -81,12 +94,32 @@ class Evidence:
     steps: int
     seconds: float
     moves: list[Move]
-    stopped: str  # "tokens", "steps", "seconds" or "exhausted"
+    stopped: str  # "tokens", "steps", "seconds", "exhausted" or "driver" (the `choose` function ended it)
+
+
+def chat_chooser(llm: BaseChatModel) -> Chooser:
+    """A `choose` function asking `llm` (prompts.EVIDENCE_CHOICE: the question, each candidate's page, kind
+    and first PREVIEW tokens) for a candidate's number, or 0 to stop. A reply naming no candidate opens the
+    best-scored one, and so does 0 before anything was opened (the answerer needs something to read)."""
+
+    def choose(question: str, candidates: list[tuple[Key, Element, float]], read: int) -> int | None:
+        listing = "\n".join(f"{i}. [page {key[1]}, {e.kind}] {_cut(e.text, PREVIEW) or '(a figure without words)'}"
+                            for i, (key, e, _) in enumerate(candidates, 1))
+        reply = invoke_llm(llm, [HumanMessage(prompts.EVIDENCE_CHOICE.format(
+            question=question, read=read, candidates=listing))], stop=["\n"])
+        number = re.search(r"\d+", str(reply.content))
+        pick = int(number.group()) if number else 1
+        if pick == 0:
+            return None if read else 0
+        return pick - 1 if pick <= len(candidates) else 0
+
+    return choose
 
 
 def gather(store: Store, question: str, query_vector: np.ndarray, pages: list[tuple[str, int]],
-           budgets: Budgets) -> Evidence:
-    """The evidence for `question` from the (doc_id, page) `pages` and the graph around them (module docstring)."""
+           budgets: Budgets, choose: Chooser | None = None) -> Evidence:
+    """The evidence for `question` from the (doc_id, page) `pages` and the graph around them (module docstring);
+    `choose`: picks each element to open among the CHOICES best-scored (None: the best-scored)."""
     start = time.monotonic()
     terms = set(tokenize(question))
     query = np.asarray(query_vector, np.float32)
@@ -139,12 +172,22 @@ def gather(store: Store, question: str, query_vector: np.ndarray, pages: list[tu
         if steps >= budgets.steps or tokens >= budgets.tokens:
             stopped = "steps" if steps >= budgets.steps else "tokens"
             break
-        while heap and scores.get(heap[0][1]) != -heap[0][0]:
-            heapq.heappop(heap)  # stale: lifted since, or pruned
-        if not heap:
+        best_few: list[tuple[float, Key]] = []  # popped, best first
+        while heap and len(best_few) < (1 if choose is None else CHOICES):
+            value, key = -heap[0][0], heapq.heappop(heap)[1]
+            if scores.get(key) == value:  # else stale: lifted since, or pruned
+                best_few.append((value, key))
+        if not best_few:
             stopped = "tokens" if too_big else "exhausted"
             break
-        value, key = -heap[0][0], heapq.heappop(heap)[1]
+        pick = 0 if choose is None else choose(question, [(k, element(k), v) for v, k in best_few], len(opened))
+        for i, (v, k) in enumerate(best_few):
+            if i != pick:
+                heapq.heappush(heap, (-v, k))
+        if pick is None:
+            stopped = "driver"
+            break
+        value, key = best_few[pick]
         del scores[key]
         text = element(key).text
         size, left = count_tokens(text), budgets.tokens - tokens

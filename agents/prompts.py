@@ -37,3 +37,9 @@ PAGE_RELEVANCE = (
     "Page:\n{page}\n\nQuestion: {question}\n"
     "Does this page contain the answer to the question? Reply Yes or No."
 )
+
+EVIDENCE_CHOICE = (
+    "Question: {question}\n\nYou have read {read} passages of the document. Passages you could read next:\n"
+    "{candidates}\n\nReply with the number of the passage most likely to hold the answer, or 0 if what "
+    "you have read already answers the question. Number:"
+)

@@ -55,7 +55,8 @@ def ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskCo
                  "max_rounds": args.max_rounds, "hyde": getattr(args, "hyde_mode", None),
                  "decompose": getattr(args, "decompose_mode", None), "evidence": args.evidence,
                  "evidence_tokens": args.evidence_tokens, "evidence_steps": args.evidence_steps,
-                 "evidence_seconds": args.evidence_seconds, "memory": args.memory}
+                 "evidence_seconds": args.evidence_seconds, "evidence_driver": args.evidence_driver,
+                 "memory": args.memory}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
         config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})

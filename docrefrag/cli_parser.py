@@ -71,6 +71,9 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
                    help="--evidence graph: controller steps at most, each open or expand of an element (default 60)")
     p.add_argument("--evidence-seconds", type=float, default=None, metavar="SECONDS",
                    help="--evidence graph: the controller's wall-clock seconds at most (default 5)")
+    p.add_argument("--evidence-driver", choices=["score", "llm"], default=None,
+                   help="--evidence graph: what picks the next element to open: score (default; deterministic, no "
+                        "LLM call) or llm (the --llm chat model, among the best-scored few)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="experience memory (default on for ask, off for eval): seed the search with the plans of "
                         "earlier validated answers to similar questions, and store this run's; --no-memory: neither")

@@ -73,7 +73,11 @@ class AskConfig:
     evidence_steps: int = field(default=60, metadata={
         "help": "evidence graph: the controller's steps at most (each open and each expand of an element)"})
     evidence_seconds: float = field(default=5.0, metadata={
-        "help": "evidence graph: the controller's wall-clock seconds at most"})
+        "help": "evidence graph: the controller's wall-clock seconds at most (checked before each move: a chat "
+                "model's pick under way finishes)"})
+    evidence_driver: Literal["score", "llm"] = field(default="score", metadata={
+        "help": "evidence graph: what picks the element to open next: score (the best-scored, deterministic, no "
+                "LLM call) or llm (the chat model, among the best-scored few; one call per open)"})
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
@@ -96,6 +100,8 @@ class AskConfig:
             raise ValueError(f"disagreement is a query disagreement in [0, 1], got {self.disagreement}")
         if self.evidence not in ("pages", "graph"):
             raise ValueError(f"evidence must be 'pages' or 'graph', got {self.evidence!r}")
+        if self.evidence_driver not in ("score", "llm"):
+            raise ValueError(f"evidence_driver must be 'score' or 'llm', got {self.evidence_driver!r}")
         for name in ("evidence_tokens", "evidence_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} is a budget of the evidence controller and must be >= 1, "

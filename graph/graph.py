@@ -32,7 +32,7 @@ from langgraph.runtime import Runtime
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.evidence import Budgets, evidence_pages, evidence_rows
+from docrefrag.agents.evidence import Budgets, chat_chooser, evidence_pages, evidence_rows
 from docrefrag.agents.evidence import gather as gather_evidence
 from docrefrag.agents.planner import decompose_question, disagrees, plan_question, write_hyde
 from docrefrag.agents.plugins import load_object
@@ -135,12 +135,14 @@ def gather(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
     budgets = Budgets(cfg.evidence_tokens, cfg.evidence_steps, cfg.evidence_seconds)
     query = ctx.searcher.embedder.embed_queries([state["question"]])[0]
-    found = gather_evidence(ctx.store, state["question"], query, _top_pages(state, cfg), budgets)
+    choose = chat_chooser(ctx.llm) if cfg.evidence_driver == "llm" else None
+    found = gather_evidence(ctx.store, state["question"], query, _top_pages(state, cfg), budgets, choose)
     moves = [{"step": m.step, "action": m.action, "node": list(m.node), "edge": m.edge, "score": round(m.score, 4),
               "tokens": m.tokens} for m in found.moves]
     return {"evidence": evidence_rows(ctx.store, found),
-            "trace": [{"node": "gather", "evidence": "graph", "budgets": asdict(budgets), "tokens": found.tokens,
-                       "steps": found.steps, "seconds": round(found.seconds, 4), "stopped": found.stopped,
+            "trace": [{"node": "gather", "evidence": "graph", "driver": cfg.evidence_driver, "budgets": asdict(budgets),
+                       "tokens": found.tokens, "steps": found.steps, "seconds": round(found.seconds, 4),
+                       "stopped": found.stopped,
                        "elements": [list(k) for k in found.elements], "moves": moves}]}
 
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import ANSWER_PAGE, DISTRACTOR_PAGE, HYDE, NEW_QUERY, QUESTION, _ruled_table, entries, nodes_of, scripted
 
 from docrefrag.agents.answer import PageText, page_texts
-from docrefrag.agents.evidence import Budgets, count_tokens, gather, pages_within
+from docrefrag.agents.evidence import CHOICES, Budgets, chat_chooser, count_tokens, gather, pages_within
 from docrefrag.graph.context import AskConfig
 
 SEEDS = (ANSWER_PAGE, DISTRACTOR_PAGE, 1)  # the report's pages the controller starts from, as a search ranks them
@@ -87,6 +87,54 @@ def test_the_same_inputs_give_the_same_moves(dr, report, question_vector):
     assert first.moves == second.moves and first.elements == second.elements
     assert [(p.page, p.text) for p in first.pages] == [(p.page, p.text) for p in second.pages]
     assert {m.action for m in first.moves} >= {"activate", "open", "expand", "prune", "stop"}
+
+
+def _table(dr, doc_id):
+    graph = dr.open_store().graph(doc_id)
+    return next((doc_id, *k) for k, e in graph.nodes.items() if e.kind == "table" and k[0] == ANSWER_PAGE)
+
+
+def test_a_chat_model_picks_among_the_best_scored_and_ends_the_walk(dr, report, question_vector):
+    _, doc_id = report
+    pages = [(doc_id, p) for p in SEEDS]
+    llm, prompts = scripted("2", "0")
+    ev = gather(dr.open_store(), QUESTION, question_vector, pages, Budgets(1000, 60, 5.0), chat_chooser(llm))
+    assert ev.stopped == "driver" and len(ev.elements) == 1 and len(prompts) == 2
+    listing = [line for line in prompts[0].splitlines() if line[:1].isdigit()]
+    assert len(listing) == CHOICES and listing[0].startswith(f"1. [page {ANSWER_PAGE}, table] Operator")
+    graph = dr.open_store().graph(doc_id)
+    (key,) = ev.elements  # the second candidate, not the best-scored table
+    assert key != _table(dr, doc_id) and listing[1].startswith(f"2. [page {key[1]}, {graph.nodes[key[1:]].kind}]")
+    assert "You have read 0 passages" in prompts[0] and "You have read 1 passages" in prompts[1]
+
+
+@pytest.mark.parametrize("replies", [("0", "0"), ("the table, please", "0"), ("9", "0")])
+def test_a_reply_naming_no_candidate_opens_the_best_scored(dr, report, question_vector, replies):
+    """0 before anything was read, no number, a number past the candidates: the best-scored is opened."""
+    _, doc_id = report
+    llm, _ = scripted(*replies)
+    ev = gather(dr.open_store(), QUESTION, question_vector, [(doc_id, p) for p in SEEDS], Budgets(1000, 60, 5.0),
+                chat_chooser(llm))
+    assert (ev.elements, ev.stopped) == ([_table(dr, doc_id)], "driver")
+
+
+@pytest.mark.parametrize("tokens, steps, stopped", [(20, 60, "tokens"), (1000, 3, "steps")])
+def test_a_chat_driven_walk_keeps_to_its_budgets(dr, report, question_vector, tokens, steps, stopped):
+    _, doc_id = report
+    llm, _ = scripted(*["1"] * 30)
+    ev = gather(dr.open_store(), QUESTION, question_vector, [(doc_id, p) for p in SEEDS],
+                Budgets(tokens, steps, 5.0), chat_chooser(llm))
+    assert ev.stopped == stopped and ev.tokens <= tokens and ev.steps <= steps and ev.elements
+
+
+def test_ask_with_the_chat_model_driving_the_controller(dr, report):
+    llm, _ = scripted(HYDE, "1", "0", "4,812", "Yes")  # plan; gather: open the best, then enough; answer; validate
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", evidence="graph",
+                                                        evidence_driver="llm"))
+    (gathered,) = entries(result.trace, "gather")
+    assert (gathered["driver"], gathered["stopped"], gathered["elements"]) == (
+        "llm", "driver", [list(_table(dr, report[1]))])
+    assert result.answer == "4,812" and result.claims[0]["citations"][0]["page"] == ANSWER_PAGE
 
 
 def make_captioned(path: Path) -> Path:
@@ -214,6 +262,7 @@ def test_a_refined_round_gathers_again_and_pages_mode_is_unchanged(dr):
     ("evidence_tokens", 0, "evidence_tokens is a budget of the evidence controller and must be >= 1"),
     ("evidence_steps", -1, "evidence_steps is a budget"),
     ("evidence_seconds", 0.0, "evidence_seconds is the evidence controller's time budget and must be > 0"),
+    ("evidence_driver", "model", "evidence_driver must be 'score' or 'llm'"),
 ])
 def test_bad_evidence_settings_say_what_is_wrong(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -225,10 +274,10 @@ def test_the_evidence_options_reach_the_config_from_the_command_line():
     from docrefrag.cli_parser import build_parser
 
     args = build_parser().parse_args(["ask", "q", "--evidence", "graph", "--evidence-tokens", "300",
-                                      "--evidence-steps", "9", "--evidence-seconds", "1.5"])
+                                      "--evidence-steps", "9", "--evidence-seconds", "1.5", "--evidence-driver", "llm"])
     config = ask_config(args)
-    assert (config.evidence, config.evidence_tokens, config.evidence_steps, config.evidence_seconds) == \
-        ("graph", 300, 9, 1.5)
+    assert (config.evidence, config.evidence_tokens, config.evidence_steps, config.evidence_seconds,
+            config.evidence_driver) == ("graph", 300, 9, 1.5, "llm")
     assert AskConfig.from_values({"evidence": "graph", "evidence_seconds": 2}).evidence_seconds == 2
 
 
