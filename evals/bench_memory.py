@@ -11,7 +11,8 @@ of the second-half questions before it: the memory as `ask` uses it). Each run i
 `evals.answers.evaluate_answers` (the official score; its rows name the plans each question recalled) under
 AskConfig (or --config) with only `memory` changed. Rows go to DIR/{first,second-no-memory,second-memory}
 .jsonl, written anew on each run (the memory a resumed run would need is gone). Printed: per run the
-questions, accuracy, answerable accuracy, mean rounds, mean and p50 seconds, questions that recalled a plan.
+questions, accuracy, answerable accuracy, mean rounds, mean and p50 seconds, questions that recalled a plan,
+plans in the memory after it.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main() -> None:
     from docrefrag.evals.answers import evaluate_answers
     from docrefrag.evals.run import prepare, run_settings
     from docrefrag.graph.context import AskConfig
-    from docrefrag.graph.memory import clear_plans
+    from docrefrag.graph.memory import clear_plans, stored_plans
     from docrefrag.indexes.hybrid import HybridSearcher
 
     base = AskConfig.from_file(args.config) if args.config else AskConfig()
@@ -89,7 +90,7 @@ def main() -> None:
             out.unlink(missing_ok=True)
             rows = evaluate_answers(store, searcher, llm, first if name == "first" else second, doc_ids, out, config,
                                     True, reader, settings=run_settings(store, llm=llm, reader=reader))
-            results.append(summary(args.benchmark, name, rows))
+            results.append(summary(args.benchmark, name, rows) | {"plans_in_memory": len(stored_plans(store))})
     print(f"{args.benchmark}, {len(first)} + {len(second)} questions over {len({q.doc_name for q in second})} "
           f"documents, {time.strftime('%Y-%m-%d')}, {machine()}, {time.perf_counter() - started:.0f} s")
     print(json.dumps(results, indent=2))
