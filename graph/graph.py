@@ -20,6 +20,7 @@ dotted import path "package.module:function" from the CLI/API configuration).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
@@ -184,13 +185,17 @@ def validate_answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     return update
 
 
+_QUERY_LABEL = re.compile(r"^(?:the\s+)?(?:new\s+|search\s+|rewritten\s+)*query\s*:\s*", re.IGNORECASE)
+
+
 def refine(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx = runtime.context
     p = Plan(**state["plan"])
     previous = p.sub_queries[0] if p.sub_queries else state["question"]
     reply = invoke_llm(ctx.llm, [HumanMessage(prompts.REFINE.format(question=state["question"], query=previous))],
                        stop=["\n"])
-    new_query = str(reply.content).strip().splitlines()[0].strip() if str(reply.content).strip() else ""
+    text = str(reply.content).strip()
+    new_query = _QUERY_LABEL.sub("", text.splitlines()[0].strip()).strip(' "') if text else ""  # "Query: ..." -> ...
     searched = {*(p.sub_queries or []), state["question"]}
     if not new_query or new_query in searched:  # the model echoed a query: search the question's intents alone
         new_query = " ".join(dict.fromkeys([*p.entities, *p.visual_anchors, *p.keywords])) or state["question"]

@@ -55,8 +55,10 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
     assert all(cited.contains(r) for r in row), (cited, row)
 
 
-def test_unsupported_answer_is_refined_with_a_new_query(dr):
-    llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
+@pytest.mark.parametrize("reply", [NEW_QUERY, f"The search query: {NEW_QUERY}", f'New query: "{NEW_QUERY}"'])
+def test_unsupported_answer_is_refined_with_a_new_query(dr, reply):
+    """The query is the reply's first line without a label such as "The search query:" or quotes."""
+    llm, seen = scripted(HYDE, "Southport", "No", reply, "4,812", "Yes")
     result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=3))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
