@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from docrefrag.evals.answers import answerable_split, evaluate_answers
 from docrefrag.evals.measure import machine
 
 RUNS = (("first", True), ("second-no-memory", False), ("second-memory", True))
@@ -47,8 +48,6 @@ def halves(questions: list) -> tuple[list, list]:
 
 
 def summary(benchmark: str, name: str, rows: list[dict]) -> dict:
-    from docrefrag.evals.answers import answerable_split
-
     seconds = [r["seconds"] for r in rows]
     return {"run": name, "questions": len(rows), "accuracy": float(np.mean([r["score"] for r in rows])),
             "answerable_accuracy": answerable_split(benchmark, rows)["answerable"]["accuracy"],
@@ -67,7 +66,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="a folder for the rows")
     args = parser.parse_args()
     from docrefrag.api import DocRefrag
-    from docrefrag.evals.answers import evaluate_answers
     from docrefrag.evals.run import prepare, run_settings
     from docrefrag.graph.context import AskConfig
     from docrefrag.graph.memory import clear_plans, stored_plans
