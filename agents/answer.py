@@ -5,10 +5,12 @@ tokens as compressed chunks with the question's chunks expanded into the decoder
 their regions' words, and cites the expanded chunk that
 holds most of the answer's words; and a chat model (`answer_question`) over the pages' text.
 
-Reading is query-focused: a page whose markdown fits the per-page budget is read whole (tables
-keep their structure); a longer page is cut to its chunks that share most words with the question,
-kept in page order. The answer is then located on the pages read: the citation is the chunk (box
-and snippet) that contains most of the answer's words.
+Reading is query-focused: a page whose markdown fits the per-page budget is read whole, each table
+row written with its cells' column names (`table_view`: a small model then reads "the 2021 column" from
+the right cell); a longer page is cut to its chunks that share most words with the question, kept in
+page order. The answer is written in the form the question asks for (agents/forms.py), then located on
+the pages read: the citation is the chunk (box and snippet) that contains most of the answer's words and
+numbers (numbers in any form).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.forms import format_answer, lexical_support
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.core.chunking import box_overlap, chunk_box, region_words
@@ -60,7 +63,7 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
         markdown = store.page_markdown(doc_id, page)
         chunks = store.page_chunks(doc_id, page)
         if len(markdown) <= chars_per_page:
-            text = markdown
+            text = table_view(markdown)
         else:
             scored = sorted(chunks, key=lambda c: -len(terms & set(tokenize(c.text))))
             kept, size = [], 0
@@ -74,6 +77,48 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     return out
 
 
+def table_view(markdown: str) -> str:
+    """The markdown with each table's rows written as "row | column: value | ...", the header's names
+    repeated at every cell; other lines as they are."""
+    out: list[str] = []
+    lines = markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        if not _is_table_row(lines[i]):
+            out.append(lines[i])
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and _is_table_row(lines[j]):
+            j += 1
+        out += _table_rows([_cells(line) for line in lines[i:j]])
+        i = j
+    return "\n".join(out)
+
+
+def _is_table_row(line: str) -> bool:
+    return line.lstrip().startswith("|") and line.rstrip().endswith("|") and line.count("|") >= 3
+
+
+def _cells(line: str) -> list[str]:
+    return [" ".join(c.replace("<br>", " ").split()) for c in line.strip().strip("|").split("|")]
+
+
+def _table_rows(rows: list[list[str]]) -> list[str]:
+    """A markdown table's rows (header, separator, data) as labelled lines."""
+    is_rule = [all(re.fullmatch(r":?-{3,}:?", c) for c in r if c) and any(r) for r in rows]
+    if len(rows) < 3 or not is_rule[1]:  # no header: the rows' cells as they are
+        return [" | ".join(c for c in r if c) for r, rule in zip(rows, is_rule, strict=True) if not rule]
+    header = rows[0]
+    out = []
+    for row in rows[2:]:
+        cells = [(header[k] if k < len(header) else "", v) for k, v in enumerate(row)]
+        label = cells[0][1]
+        parts = [f"{name}: {value}" if name else value for name, value in cells[1:] if value]
+        out.append(" | ".join([label, *parts]) if label else " | ".join(parts))
+    return out
+
+
 def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int]:
     """(short answer, output tokens)."""
     context = "\n\n".join(f"[Page {p.page}]\n{p.text}" for p in pages)
@@ -81,9 +126,8 @@ def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) ->
                              HumanMessage(prompts.ANSWER_USER.format(pages=context, question=question))],
                        stop=["\n"])
     text = str(reply.content).strip()
-    answer = short_answer(text.splitlines()[0] if text else "")
     usage = getattr(reply, "usage_metadata", None) or {}
-    return canonical(answer), int(usage.get("output_tokens", 0))
+    return final_answer(question, text.splitlines()[0] if text else ""), int(usage.get("output_tokens", 0))
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:
@@ -105,18 +149,18 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
                 chunks.append(ChunkRecord(c.doc_id, c.page, c.chunk, c.text, box))
         if chunks:
             cited.append(PageText(p.doc_id, p.page, p.text, chunks))
-    return canonical(short_answer(out.text)), out.output_tokens, cited
+    return final_answer(question, out.text), out.output_tokens, cited
 
 
 def cite(answer: str, pages: list[PageText]) -> list[Claim]:
-    """One claim (the answer) cited by the chunk that holds most of its words, on the pages read."""
+    """One claim (the answer) cited by the chunk that holds most of its words and numbers (numbers in
+    any form: 4812 is found in "4,812"), on the pages read."""
     if is_unanswerable(answer) or not pages:
         return []
-    words = set(tokenize(answer)) or set(answer.lower().split())
     best: tuple[float, PageText, ChunkRecord | None] = (-1.0, pages[0], None)
     for p in pages:
         for c in p.chunks:
-            score = len(words & set(tokenize(c.text))) / max(len(words), 1)
+            score = lexical_support(answer, c.text)
             if score > best[0]:
                 best = (score, p, c)
     score, page, chunk = best
@@ -125,6 +169,11 @@ def cite(answer: str, pages: list[PageText]) -> list[Claim]:
     citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
                         snippet=chunk.text[:300] if chunk else page.text[:300])
     return [Claim(text=answer, citations=[citation])]
+
+
+def final_answer(question: str, reply: str) -> str:
+    """The answer of a one-line reply: lead-in and abstention phrasing settled, in the question's form."""
+    return format_answer(question, canonical(short_answer(reply)))
 
 
 def short_answer(reply: str) -> str:

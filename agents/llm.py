@@ -77,8 +77,9 @@ class LocalChatModel(BaseChatModel):
     def _resolve_path(self) -> LocalChatModel:
         if self.path is None:
             from docrefrag.core.weights import model_dir
+            from docrefrag.core.weights_registry import DEFAULT_DECODER
 
-            self.path = model_dir("smollm2")
+            self.path = model_dir(DEFAULT_DECODER)
         self.path = Path(self.path).expanduser().resolve()
         if not (self.path / "config.json").is_file():
             raise ValueError(f"no Hugging Face model at {self.path} (config.json missing)")

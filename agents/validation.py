@@ -1,15 +1,17 @@
-"""The validation agent: is the answer supported by the evidence it cites? -> Verdict.
+"""The validation agent: do the pages read support the answer? -> Verdict.
 
 Two checks, averaged into the confidence: (1) lexical support, the share of the answer's words and
-numbers found in the cited chunk's page text (numbers must match exactly); (2) the chat model's
-judgement on the cited evidence: P(Yes) against No for a local model, its Yes/No reply otherwise.
-An unanswerable answer is never "supported": it asks for another round of search while rounds
-remain.
+numbers found on the pages read (all of them, not only the cited one: an answer read on page 3 and
+cited on page 5 is still supported), numbers matched across the forms pages write them in
+(agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent = 0.42); (2) the chat model's
+judgement on the evidence, the cited pages first: P(Yes) against No for a local model, its Yes/No reply
+otherwise. An answer whose every word and number a page read states has lexical support 1, so its
+confidence is at least 0.5 whatever the judge says: with `tau` <= 0.5 (the default) a stated answer is
+never withheld. An unanswerable answer is never "supported": it asks for another round of search while
+rounds remain.
 """
 
 from __future__ import annotations
-
-import re
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
@@ -17,26 +19,10 @@ from langchain_core.messages import HumanMessage
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText, is_unanswerable
 from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.forms import lexical_support
 from docrefrag.agents.schemas import Claim, Verdict
-from docrefrag.indexes.bm25 import tokenize
 
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-def _numbers(text: str) -> set[str]:
-    """The numbers of a text without thousands separators: "5,002" and "5002" are one number."""
-    return {re.sub(r",(?=\d{3}\b)", "", n) for n in _NUMBER.findall(text)}
-
-
-def lexical_support(answer: str, evidence: str) -> float:
-    words = {w for w in tokenize(answer) if not w.isdigit()}  # numbers are matched whole, below
-    numbers = _numbers(answer)
-    if not words and not numbers:
-        return 0.0
-    text_words = set(tokenize(evidence))
-    text_numbers = _numbers(evidence)
-    found = len(words & text_words) + len(numbers & text_numbers)
-    return found / (len(words) + len(numbers))
+JUDGE_CHARS = 2000  # evidence the judge reads, the cited pages first
 
 
 def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText],
@@ -44,11 +30,12 @@ def validate(question: str, answer: str, claims: list[Claim], pages: list[PageTe
     if is_unanswerable(answer) or not claims:
         return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
     cited = {(c.doc_id, c.page) for claim in claims for c in claim.citations}
-    evidence = "\n".join(p.text for p in pages if (p.doc_id, p.page) in cited)
+    ordered = sorted(pages, key=lambda p: (p.doc_id, p.page) not in cited)  # the cited pages first
+    evidence = "\n".join(p.text for p in ordered)
     lexical = lexical_support(answer, evidence)
     scores = [lexical]
     if llm is not None:
-        prompt = prompts.VALIDATE.format(evidence=evidence[:2000], question=question, answer=answer)
+        prompt = prompts.VALIDATE.format(evidence=evidence[:JUDGE_CHARS], question=question, answer=answer)
         if hasattr(llm, "yes_probabilities"):  # a local model: its P(Yes), not only which word wins
             scores.append(llm.yes_probabilities([prompt])[0])
         else:

@@ -249,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="TOML or JSON file of the ask settings that requests start from (AskConfig fields)")
     _llm_args(serve)
 
-    demo = sub.add_parser("demo", help="generate a sample report, ingest it and search it")
+    demo = sub.add_parser("demo", help="generate a sample report, ingest it and ask it its questions")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
     demo.add_argument("--pages", type=int, default=12, help="pages of the generated report (default 12)")
+    demo.add_argument("--questions", type=int, default=4, help="questions asked, one per page (default 4)")
     return parser

@@ -1,5 +1,5 @@
 """The store commands of the command line: ingest, docs, search, memory (list or clear the experience
-memory's plans) and demo (which ingests a generated report and searches it). Each prints a table, or
+memory's plans) and demo (which ingests a generated report and asks it its questions). Each prints a table, or
 JSON with --json."""
 
 from __future__ import annotations
@@ -122,13 +122,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with DocRefrag(store=args.dir / "store") as dr:
         for r in dr.ingest([pdf], show_progress=sys.stderr.isatty()):
             print(f"ingest: {r.status} {r.doc_id} {r.pages} pages in {r.seconds:.1f} s")
-        for fact in facts[:4]:
-            hits = dr.search(fact.question, k=3)
-            top = [h.page for h in hits]
-            print(f"\nQ: {fact.question}\n   evidence on page {fact.page}; top pages {top}")
-            print(f"   best region {tuple(round(v) for v in hits[0].bbox or ())}: "
-                  f"{' '.join(hits[0].snippet.split())[:90]}")
-    print(f"\nstore: {args.dir / 'store'}  (try: {_command()} search \"rail passengers\" --store {args.dir / 'store'})")
+        for fact in facts[:args.questions]:
+            result = dr.ask(fact.question)  # the default models and settings, as `docrefrag ask`
+            print(f"\nQ: {fact.question}\n   answer: {result.answer}  ({result.seconds:.1f} s, confidence "
+                  f"{result.confidence:.2f}; the report states {fact.answer} on page {fact.page})")
+            for c in (c for claim in result.claims for c in claim["citations"]):
+                box = tuple(round(v) for v in c["bbox"]) if c["bbox"] else "the whole page"
+                print(f"   cites page {c['page']}, region {box}: {' '.join(c['snippet'].split())[:90]}")
+    store = args.dir / "store"
+    print(f"\nstore: {store}  (try: {_command()} ask \"What was the rail passengers figure?\" --store {store})")
     return EXIT_OK
 
 

@@ -330,8 +330,9 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
                                   "is not there any more; put it back, or retrain with the default decoder")
     if chosen is None:
         from docrefrag.core.weights import model_dir
+        from docrefrag.core.weights_registry import READER_DECODER
 
-        decoder = model_dir("smollm2")
+        decoder = model_dir(READER_DECODER)
     else:
         decoder = chosen
     if embed_question is None or encoder_id is None:

@@ -106,7 +106,9 @@ MODELS: dict[str, ModelSpec] = {
                                      "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 }
 DECODERS = ("smollm2", "qwen-coder-0.5b", "qwen-coder-1.5b")  # the chat LMs among MODELS
-DEFAULT_FETCH = ("minilm", "smollm2")  # what `docrefrag models fetch` with no name caches
+DEFAULT_DECODER = "qwen-coder-1.5b"  # the local chat model of the agents (docs/decisions/decoders.md)
+READER_DECODER = "smollm2"  # the decoder the shipped Doc-REFRAG reader checkpoint was trained on
+DEFAULT_FETCH = ("minilm", READER_DECODER, DEFAULT_DECODER)  # what `docrefrag models fetch` with no name caches
 
 
 def model_spec(name: str | ModelSpec) -> ModelSpec:

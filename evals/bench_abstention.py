@@ -25,9 +25,9 @@ import torch
 
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import is_unanswerable, page_texts
+from docrefrag.agents.forms import lexical_support
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.prompts import NOT_ANSWERABLE
-from docrefrag.agents.validation import lexical_support
 from docrefrag.core.decoding import load_causal_lm
 from docrefrag.core.text_embedder import TextEmbedder
 from docrefrag.core.weights import model_dir

@@ -35,8 +35,9 @@ class AskConfig:
     abstain: bool = field(default=True, metadata={
         "help": "answer 'Not answerable' when no round's answer reaches the validator confidence tau (the "
                 "unsupported answer is reported as withheld); off: the best unsupported answer is given"})
-    answerer: Literal["reader", "chat"] = field(default="reader", metadata={
-        "help": "reader: the Doc-REFRAG reader over the pages' tokens; chat: the chat model over their text"})
+    answerer: Literal["reader", "chat"] = field(default="chat", metadata={
+        "help": "chat (default): the chat model over the pages' text; reader: the Doc-REFRAG reader over the "
+                "pages' tokens (below the chat answerer until its selector learns: docs/decisions/decoders.md)"})
     pages: int = field(default=3, metadata={"help": "pages the chat-model answerer reads"})
     reader_pages: int = field(default=8, metadata={"help": "pages the Doc-REFRAG reader reads (compressed, "
                                                            "the question's chunks expanded)"})

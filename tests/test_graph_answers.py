@@ -143,7 +143,7 @@ def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
 
 def test_abstentions_are_written_as_not_answerable():
     from docrefrag.agents.answer import canonical, is_unanswerable
-    from docrefrag.agents.validation import lexical_support
+    from docrefrag.agents.forms import lexical_support
 
     assert canonical("Not answerable.") == canonical("Unanswerable") == canonical("  ") == "Not answerable"
     assert canonical(" 4,812 ") == "4,812" and canonical("None") == "None"  # "None" may be a real answer
