@@ -1,16 +1,16 @@
 """The answer agent: read the top pages, answer briefly, cite page and region.
 
-Two readers: the Doc-REFRAG reader (default; `read_with_reader`), which reads the pages' stored
-tokens as compressed chunks with the question's chunks expanded into the decoder's own tokens of
-their regions' words, and cites the expanded chunk that
-holds most of the answer's words; and a chat model (`answer_question`) over the pages' text.
+Two readers: a chat model over the pages' text (`answer_question`, the default), and the Doc-REFRAG
+reader (`read_with_reader`), which reads the pages' stored tokens as compressed chunks with the
+question's chunks expanded into the decoder's own tokens of their regions' words, and cites the
+expanded chunk that holds most of the answer's words.
 
-Reading is query-focused: a page whose markdown fits the per-page budget is read whole, each table
-row written with its cells' column names (`table_view`: a small model then reads "the 2021 column" from
-the right cell); a longer page is cut to its chunks that share most words with the question, kept in
-page order. The answer is written in the form the question asks for (agents/forms.py), then located on
-the pages read: the citation is the chunk (box and snippet) that contains most of the answer's words and
-numbers (numbers in any form).
+Reading is query-focused: each table row is written with its cells' column names (`table_view`: a
+small model then reads "the 2021 column" from the right cell); a page that fits the per-page budget
+is read whole, a longer one is cut to its passages (sentences, table rows, list items) that share
+the most of the question's rarer terms (`focused`), kept in page order. The answer is written in
+the form the question asks for (agents/forms.py), then located on the pages read: the citation is
+the chunk (box and snippet) that contains most of the answer's words and numbers (in any form).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
@@ -57,24 +57,54 @@ class PageText:
 
 def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, chars_per_page: int) -> list[PageText]:
     """The text of each (doc_id, page) as the answer agent reads it (see the module docstring)."""
-    terms = set(tokenize(question))
     out = []
     for doc_id, page in pages:
-        markdown = store.page_markdown(doc_id, page)
-        chunks = store.page_chunks(doc_id, page)
-        if len(markdown) <= chars_per_page:
-            text = table_view(markdown)
-        else:
-            scored = sorted(chunks, key=lambda c: -len(terms & set(tokenize(c.text))))
-            kept, size = [], 0
-            for c in scored:
-                if size + len(c.text) > chars_per_page and kept:
-                    break
-                kept.append(c)
-                size += len(c.text)
-            text = "\n".join(c.text for c in sorted(kept, key=lambda c: c.chunk))[:chars_per_page]
-        out.append(PageText(doc_id, page, text, chunks))
+        text = table_view(store.page_markdown(doc_id, page))
+        if len(text) > chars_per_page:
+            text = focused(text, question, chars_per_page)
+        out.append(PageText(doc_id, page, text, store.page_chunks(doc_id, page)))
     return out
+
+
+def focused(text: str, question: str, chars: int) -> str:
+    """The passages of a page (sentences, table rows, headings) that share the most of the question's
+    terms, each term weighted by how few passages of the page hold it, up to `chars` characters; kept in
+    page order, with " ... " where passages were left out."""
+    passages = page_passages(text)
+    terms = set(tokenize(question))
+    held = [terms & set(tokenize(p)) for p in passages]
+    spread = {t: sum(t in h for h in held) for t in terms}
+    scores = [sum(1 / spread[t] for t in h) for h in held]
+    kept, size = set(), 0
+    for i in sorted(range(len(passages)), key=lambda i: (-scores[i], i)):
+        if size + len(passages[i]) + 1 <= chars:
+            kept.add(i)
+            size += len(passages[i]) + 1
+    out, last = [], -1
+    for i in sorted(kept):
+        out.append(("" if i == last + 1 else "... ") + passages[i])
+        last = i
+    return "\n".join(out) or text[:chars]
+
+
+def page_passages(text: str) -> list[str]:
+    """A page's sentences (a paragraph's wrapped lines joined first), table rows and headings."""
+    out: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        prose: list[str] = []
+        for line in lines:
+            if line.startswith(("#", "|", "- ", "* ")) or " | " in line or re.match(r"\d{1,2}[.)] ", line):
+                out += _sentences(" ".join(prose)) + [line]  # a heading, a table row, a list item: one passage
+                prose = []
+            else:
+                prose.append(line)
+        out += _sentences(" ".join(prose))
+    return out
+
+
+def _sentences(text: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"(])", text) if s.strip()]
 
 
 def table_view(markdown: str) -> str:
@@ -119,12 +149,18 @@ def _table_rows(rows: list[list[str]]) -> list[str]:
     return out
 
 
+def answer_messages(question: str, pages: list[PageText], answer: str | None = None) -> list[BaseMessage]:
+    """The answer agent's prompt over `pages`; with an `answer`, the validator's judge prompt, which
+    repeats it word for word before asking whether the pages state that answer."""
+    context = "\n\n".join(f"[Page {p.page}]\n{p.text}" for p in pages)
+    user = (prompts.ANSWER_USER.format(pages=context, question=question) if answer is None
+            else prompts.VALIDATE.format(pages=context, question=question, answer=answer))
+    return [SystemMessage(prompts.ANSWER_SYSTEM), HumanMessage(user)]
+
+
 def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int]:
     """(short answer, output tokens)."""
-    context = "\n\n".join(f"[Page {p.page}]\n{p.text}" for p in pages)
-    reply = invoke_llm(llm, [SystemMessage(prompts.ANSWER_SYSTEM),
-                             HumanMessage(prompts.ANSWER_USER.format(pages=context, question=question))],
-                       stop=["\n"])
+    reply = invoke_llm(llm, answer_messages(question, pages), stop=["\n"])
     text = str(reply.content).strip()
     usage = getattr(reply, "usage_metadata", None) or {}
     return final_answer(question, text.splitlines()[0] if text else ""), int(usage.get("output_tokens", 0))

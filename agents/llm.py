@@ -20,9 +20,9 @@ from langchain_core.language_models.chat_models import BaseChatModel, generate_f
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from docrefrag.core.decoding import load_causal_lm, token_steps
+from docrefrag.core.decoding import PrefixCache, cache_kw, load_causal_lm, token_steps
 
 _ROLES = {SystemMessage: "system", HumanMessage: "user", AIMessage: "assistant"}
 
@@ -72,6 +72,7 @@ class LocalChatModel(BaseChatModel):
     path: Path | None = Field(default=None, description="Hugging Face model directory; None: the cached SmolLM2")
     max_new_tokens: int = Field(default=96, gt=0, description="answers, HyDE passages and verdicts are short")
     temperature: float | None = Field(default=None, ge=0, description="None or 0: greedy")
+    _prefix: PrefixCache = PrivateAttr(default_factory=PrefixCache)
 
     @model_validator(mode="after")
     def _resolve_path(self) -> LocalChatModel:
@@ -118,26 +119,31 @@ class LocalChatModel(BaseChatModel):
         tokens: list[int] = []
         logprobs: list[float] = []
         text, sent, finish, n_out = "", 0, "length", 0
-        steps = token_steps(lm.model, input_ids=ids, temperature=temperature)
-        for n_out, (nxt, logp) in enumerate(itertools.islice(steps, max_new_tokens), 1):  # noqa: B007 (n_out counts after the loop)
-            if int(nxt[0]) in lm.stop_ids:
-                finish = "stop"
-                break
-            tokens.append(int(nxt[0]))
-            logprobs.append(float(logp[0]))
-            # without clean-up, decoding more tokens never changes the text already decoded
-            text = lm.tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-            cut = min((i for i in (text.find(s, sent) for s in stops) if i >= 0), default=-1)
-            if cut >= 0:  # a stop sequence never starts in text already sent: it was held back
-                text, finish = text[:cut], "stop"
-                break
-            end = len(text) - _holdback(text, stops)
-            if end > sent:
-                chunk = ChatGenerationChunk(message=AIMessageChunk(content=text[sent:end]))
-                if run_manager:
-                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
-                sent = end
+        prompt_ids = ids[0].tolist()
+        with self._prefix.reuse(prompt_ids) as (start, cache):  # a prompt that repeats the last one's beginning
+            steps = token_steps(lm.model, input_ids=ids[:, start:], temperature=temperature, cache=cache)
+            yielded: list[int] = []
+            for n_out, (nxt, logp) in enumerate(itertools.islice(steps, max_new_tokens), 1):  # noqa: B007 (n_out counts after the loop)
+                yielded.append(int(nxt[0]))
+                if int(nxt[0]) in lm.stop_ids:
+                    finish = "stop"
+                    break
+                tokens.append(int(nxt[0]))
+                logprobs.append(float(logp[0]))
+                # without clean-up, decoding more tokens never changes the text already decoded
+                text = lm.tokenizer.decode(tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+                cut = min((i for i in (text.find(s, sent) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:  # a stop sequence never starts in text already sent: it was held back
+                    text, finish = text[:cut], "stop"
+                    break
+                end = len(text) - _holdback(text, stops)
+                if end > sent:
+                    chunk = ChatGenerationChunk(message=AIMessageChunk(content=text[sent:end]))
+                    if run_manager:
+                        run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk
+                    sent = end
+            self._prefix.keep(prompt_ids + yielded[:-1], cache)  # the last token yielded was never fed
         usage = UsageMetadata(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out)
         last = ChatGenerationChunk(message=AIMessageChunk(
             content=text[sent:], usage_metadata=usage, chunk_position="last",
@@ -149,23 +155,30 @@ class LocalChatModel(BaseChatModel):
             run_manager.on_llm_new_token(last.text, chunk=last)
         yield last
 
-    def yes_probabilities(self, prompts: Sequence[str], batch: int = 4) -> list[float]:
-        """P("Yes") against "No" as the first token of the reply to each user prompt (the model's
-        next-token logits once the assistant turn opens; "Yes"/" Yes" and "No"/" No" pooled), in
-        batches with left padding (positions counted from each prompt's first token)."""
+    def yes_probabilities(self, prompts: Sequence[str | Sequence[BaseMessage]], batch: int = 4) -> list[float]:
+        """P("Yes") against "No" as the first token of the reply to each prompt (a user message, or the
+        messages of a chat), the model's next-token logits once the assistant turn opens ("Yes"/" Yes"
+        and "No"/" No" pooled), in batches with left padding (positions counted from each prompt's first
+        token). A single prompt continues the prefix cache: the validator's judge, which repeats the
+        answer agent's prompt, computes only its own tail."""
         lm = load_causal_lm(self.path, chat=True)
         tok = lm.tokenizer
         yes, no = ([*{tok.encode(w, add_special_tokens=False)[0] for w in (word, f" {word}")}]
                    for word in ("Yes", "No"))
-        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                 for p in prompts]
+        texts = [tok.apply_chat_template(_chat_turns([HumanMessage(p)] if isinstance(p, str) else p), tokenize=False,
+                                         add_generation_prompt=True) for p in prompts]
+        encoded = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+        longest = max(len(ids) for ids in encoded)
+        if longest > lm.max_positions:
+            raise ValueError(f"a prompt has {longest} tokens, more than the {lm.max_positions} positions of "
+                             f"{self.path.name}; read fewer characters per page")
+        if len(encoded) == 1:
+            logits = self._continued_logits(lm, encoded[0])[None]  # (1, V)
+            return torch.sigmoid(torch.logsumexp(logits[:, yes], 1) - torch.logsumexp(logits[:, no], 1)).tolist()
         out: list[float] = []
-        for i in range(0, len(texts), batch):
-            enc = [tok(t, add_special_tokens=False)["input_ids"] for t in texts[i:i + batch]]
+        for i in range(0, len(encoded), batch):
+            enc = encoded[i:i + batch]
             longest = max(len(ids) for ids in enc)
-            if longest > lm.max_positions:
-                raise ValueError(f"a prompt has {longest} tokens, more than the {lm.max_positions} positions of "
-                                 f"{self.path.name}; read fewer characters per page")
             pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(lm.stop_ids), 0)
             ids = torch.tensor([[pad] * (longest - len(e)) + e for e in enc])  # (b, T)
             mask = torch.tensor([[0] * (longest - len(e)) + [1] * len(e) for e in enc])  # (b, T)
@@ -176,3 +189,12 @@ class LocalChatModel(BaseChatModel):
             log_odds = torch.logsumexp(logits[:, yes], dim=1) - torch.logsumexp(logits[:, no], dim=1)
             out += torch.sigmoid(log_odds).tolist()
         return out
+
+    def _continued_logits(self, lm: Any, ids: list[int]) -> torch.Tensor:
+        """The next-token logits (V,) after `ids`, continuing the prefix cache."""
+        with self._prefix.reuse(ids) as (start, cache):
+            with torch.inference_mode():
+                out = lm.model(input_ids=torch.tensor([ids[start:]]), use_cache=True, logits_to_keep=1,
+                               **{cache_kw(lm.model): cache})
+            self._prefix.keep(ids, cache)
+        return out.logits[0, -1].float()

@@ -22,9 +22,8 @@ ANSWER_SYSTEM = (
 
 ANSWER_USER = "{pages}\n\nQuestion: {question}\nShort answer:"
 
-VALIDATE = (
-    "Evidence:\n{evidence}\n\nQuestion: {question}\nProposed answer: {answer}\n\n"
-    "Does the evidence state this answer? Reply Yes or No."
+VALIDATE = ANSWER_USER + (  # the answer agent's prompt with its answer: a local model reuses its KV cache
+    " {answer}\n\nIs this short answer stated by the pages above, or read directly from them? Reply Yes or No."
 )
 
 REFINE = (

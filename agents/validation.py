@@ -3,43 +3,67 @@
 Two checks, averaged into the confidence: (1) lexical support, the share of the answer's words and
 numbers found on the pages read (all of them, not only the cited one: an answer read on page 3 and
 cited on page 5 is still supported), numbers matched across the forms pages write them in
-(agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent = 0.42); (2) the chat model's
-judgement on the evidence, the cited pages first: P(Yes) against No for a local model, its Yes/No reply
-otherwise. An answer whose every word and number a page read states has lexical support 1, so its
-confidence is at least 0.5 whatever the judge says: with `tau` <= 0.5 (the default) a stated answer is
-never withheld. An unanswerable answer is never "supported": it asks for another round of search while
-rounds remain.
+(agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent = 0.42); where the question states
+numbers (a year, a table's number), only near a passage that states one of them counts
+(`anchored_evidence`: the 2015 figure is not the 2021 sentence's figure); (2) the chat model's
+judgement, asked with the answer agent's own prompt (the same pages, word for word) followed by the
+answer and the question whether the pages state it: P(Yes) against No for a local model, which
+computes only that tail (its KV cache of the answer's prompt is reused), its Yes/No reply otherwise.
+An answer whose every word and number a page read states has lexical support 1, so its confidence is at
+least 0.5 whatever the judge says: with `tau` <= 0.5 (the default) a stated answer is never withheld. An
+unanswerable answer is never "supported": it asks for another round of search while rounds remain.
 """
 
 from __future__ import annotations
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage
 
-from docrefrag.agents import prompts
-from docrefrag.agents.answer import PageText, is_unanswerable
+from docrefrag.agents.answer import PageText, answer_messages, is_unanswerable, page_passages
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import lexical_support
+from docrefrag.agents.forms import lexical_support, number_values, written_numbers
 from docrefrag.agents.schemas import Claim, Verdict
 
-JUDGE_CHARS = 2000  # evidence the judge reads, the cited pages first
+BEFORE, AFTER = 2, 5  # passages around a short one that states a number of the question (a heading, a caption)
+LEAD_CHARS = 80  # a passage this short that is no sentence, or one ending in ":", introduces what follows it
+
+
+def anchored_evidence(question: str, pages: list[PageText]) -> str:
+    """The text an answer must be stated in to be supported: where the question states numbers (a year,
+    a table's number), the passages of the pages read around those that state one of them (BEFORE
+    passages before, AFTER after: a sentence, a table row with its column names, a heading and its
+    list), so a value read from another year's sentence or row is not support; otherwise, and when no
+    page read states any of the question's numbers, every page read."""
+    wanted = written_numbers(question)
+    everything = "\n".join(p.text for p in pages)
+    if not wanted:
+        return everything
+    kept: list[str] = []
+    for page in pages:
+        passages = page_passages(page.text)
+        near = {j for i, text in enumerate(passages) if any(v & number_values(text) for v in wanted)
+                for j in (range(max(0, i - BEFORE), min(len(passages), i + AFTER + 1)) if _leads(text) else [i])}
+        kept += [passages[j] for j in sorted(near)]
+    return "\n".join(kept) if kept else everything
+
+
+def _leads(passage: str) -> bool:
+    text = passage.rstrip()
+    return (text.endswith(":") or text.startswith("#")
+            or (len(text) <= LEAD_CHARS and not text.endswith((".", "!", "?"))))
 
 
 def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText],
              llm: BaseChatModel | None) -> Verdict:
     if is_unanswerable(answer) or not claims:
         return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
-    cited = {(c.doc_id, c.page) for claim in claims for c in claim.citations}
-    ordered = sorted(pages, key=lambda p: (p.doc_id, p.page) not in cited)  # the cited pages first
-    evidence = "\n".join(p.text for p in ordered)
-    lexical = lexical_support(answer, evidence)
+    lexical = lexical_support(answer, anchored_evidence(question, pages))
     scores = [lexical]
     if llm is not None:
-        prompt = prompts.VALIDATE.format(evidence=evidence[:JUDGE_CHARS], question=question, answer=answer)
+        messages = answer_messages(question, pages, answer)  # the answer agent's prompt, then the question
         if hasattr(llm, "yes_probabilities"):  # a local model: its P(Yes), not only which word wins
-            scores.append(llm.yes_probabilities([prompt])[0])
+            scores.append(llm.yes_probabilities([messages])[0])
         else:
-            reply = invoke_llm(llm, [HumanMessage(prompt)], stop=["\n"])
+            reply = invoke_llm(llm, messages, stop=["\n"])
             scores.append(1.0 if str(reply.content).strip().lower().startswith("yes") else 0.0)
     confidence = sum(scores) / len(scores)
     missing = "" if lexical >= 0.5 else f"the pages read do not contain {answer!r}"

@@ -141,21 +141,68 @@ def cache_kw(model: nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
+class PrefixCache:
+    """The KV cache of the last token sequence a chat model read, reused by its next prompt that begins
+    with the same tokens: the validator's judge reads the answer agent's prompt again with the answer
+    and a question appended, so only that tail is computed (on a CPU the prompt's prefill is most of a
+    call's time). One sequence is kept; a thread that finds it in use by another computes afresh."""
+
+    MIN_REUSE = 16  # tokens: a shorter shared prefix (the chat template's header) is not worth the crop
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.cache: Any = None
+        self.lock = threading.Lock()
+        self.reused = 0  # tokens the last call took from the cache
+
+    @contextmanager
+    def reuse(self, ids: list[int]) -> Iterator[tuple[int, Any]]:
+        """(n, cache): the cache to continue, holding the KV states of `ids[:n]` (n = 0 and a new cache
+        when nothing is shared or another thread holds it); the caller feeds `ids[n:]` and then calls
+        `keep` with every token the cache then holds."""
+        from transformers import DynamicCache
+
+        if not self.lock.acquire(blocking=False):
+            self.reused = 0
+            yield 0, DynamicCache()
+            return
+        try:
+            n = 0
+            for a, b in zip(self.ids, ids[:-1], strict=False):  # at least one token is left to feed
+                if a != b:
+                    break
+                n += 1
+            if self.cache is None or n < self.MIN_REUSE:
+                self.ids, self.cache, self.reused = [], None, 0
+                yield 0, DynamicCache()
+            else:
+                with torch.inference_mode():
+                    self.cache.crop(n - self.cache.get_seq_length())  # a negative count: tokens removed
+                self.ids, self.reused = self.ids[:n], n
+                yield n, self.cache
+        finally:
+            self.lock.release()
+
+    def keep(self, ids: list[int], cache: Any) -> None:
+        """Remember `cache` as holding the KV states of `ids` (called inside `reuse`)."""
+        self.ids, self.cache = list(ids), cache
+
+
 def token_steps(model: nn.Module, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None,
-                temperature: float | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                temperature: float | None = None, cache: Any = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endlessly, the next token of each of B rows and its log-probability, (B,) ids and (B,) floats,
     after `input_ids` (B, T) or `inputs_embeds` (B, T, H) (rows of one length, no padding): greedy,
     or sampled when `temperature` > 0. The log-probabilities are the model's own (temperature 1)
-    whatever the sampling temperature. A KV cache carries the context, only the last position's
-    logits are computed, and each step runs in inference mode (no autograd graph); the caller
-    decides when to stop."""
+    whatever the sampling temperature. A KV cache carries the context (`cache`: one to continue, which
+    then holds the inputs and every token yielded but the last), only the last position's logits are
+    computed, and each step runs in inference mode (no autograd graph); the caller decides when to stop."""
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError("token_steps starts from input_ids or inputs_embeds, exactly one of them")
     kw = cache_kw(model)
     inputs = {"input_ids": input_ids.to(model.device)} if input_ids is not None else {"inputs_embeds": inputs_embeds}
     report = _PROGRESS.get()
     rows, read = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-    cache, written = None, 0
+    written = 0
     while True:
         if report is not None:
             report(rows * read, rows * written)

@@ -1,6 +1,13 @@
 """End-to-end evaluation: each question goes through the ask graph on its own document; the answer
 is scored with the benchmark's official rules (evals.score_mmlongbench, evals.score_longdocurl).
 
+Each row also says whether the gold answer is stated in the evidence pages' text as ingest extracted it
+(`stated`: lower-cased, thousands separators and "%" dropped, each list item a substring; None for an
+unanswerable question) and whether the region the answer cites contains the answer's words and numbers
+(`cited_region_has_answer`, numbers in any form), so the summary reports the questions a reader of the
+text can answer apart from those that must be derived (charts, counts, pictures), and how often the
+cited box holds the answer.
+
 Answer extraction, MMLongBench-Doc's two-step protocol: with an `extractor` chat model, the
 benchmark's extraction prompt (`docrefrag.evals.extraction.EXTRACTION_PROMPT`, user turn) and the question with
 the system's free-form answer (a prefilled assistant turn that the model continues) give
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -25,11 +33,13 @@ from langchain_openai import ChatOpenAI
 from tqdm import tqdm
 
 from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.forms import lexical_support
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.datasets import Question, mmlongbench_format
 from docrefrag.evals.extraction import extraction_messages, parse_extraction
 from docrefrag.evals.jsonl import load_rows
+from docrefrag.evals.score_common import as_list, parse_literal
 from docrefrag.evals.score_longdocurl import longdocurl_aggregate, longdocurl_prediction, longdocurl_score
 from docrefrag.evals.score_mmlongbench import mmlongbench_aggregate, mmlongbench_score
 from docrefrag.graph.context import AskConfig
@@ -66,6 +76,32 @@ def _score(benchmark: str, answer: str, pred: str | None, answer_format: str) ->
     return mmlongbench_score(answer, pred, mmlongbench_format(answer_format))
 
 
+def _normalised(text: str) -> str:
+    return " ".join(re.sub(r"(?<=\d),(?=\d{3})|%", "", text.lower()).split())
+
+
+def answer_is_stated(store: Store, doc_id: str, q: Question) -> bool | None:
+    """Whether the gold answer (each item of a list) occurs in the evidence pages' extracted text."""
+    if not q.answerable or not q.evidence_pages:
+        return None
+    pages = set(store.page_numbers(doc_id))
+    text = _normalised("\n".join(store.page_markdown(doc_id, p) for p in q.evidence_pages if p in pages))
+    try:
+        items = as_list(parse_literal(q.answer))
+    except ValueError:
+        items = [q.answer]
+    return all(_normalised(str(item)) in text for item in items)
+
+
+def cited_region_text(store: Store, citation: dict) -> str:
+    """The words inside a citation's box (the page's words when it has none)."""
+    words = store.page(citation["doc_id"], citation["page"]).words
+    if citation.get("bbox") is None:
+        return " ".join(w.text for w in words)
+    x0, y0, x1, y1 = citation["bbox"]
+    return " ".join(w.text for w in words if x0 <= (w.x0 + w.x1) / 2 <= x1 and y0 <= (w.y0 + w.y1) / 2 <= y1)
+
+
 def first_round_hits(trace: list[dict]) -> list[dict]:
     """The pages the first answer was chosen from: the last search before the first rerank (after
     the enrich node, the second search of round 1)."""
@@ -95,6 +131,7 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                              # a fresh thread: nothing carried over
                              thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)
             retrieved = first_round_hits(result.trace)
+            citations = [c for claim in result.claims for c in claim["citations"]]
             pred, extraction = result.answer, {}
             if extractor is not None:
                 pred, extracted_format, raw = extract_answer(extractor, q.question, result.answer)
@@ -104,7 +141,11 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                    "answer_format": q.answer_format, "pred": pred, **extraction, "score": score(q, pred),
                    "evidence_pages": list(q.evidence_pages), "evidence_sources": list(q.evidence_sources),
                    "doc_type": q.doc_type, "task_tag": q.task, "retrieved": [h["page"] for h in retrieved],
-                   "cited": [c["page"] for claim in result.claims for c in claim["citations"]],
+                   "cited": [c["page"] for c in citations],
+                   "stated": answer_is_stated(store, doc_ids[q.doc_name], q),
+                   "cited_region_has_answer": (
+                       lexical_support(result.answer, cited_region_text(store, citations[0])) == 1.0
+                       if citations else None),
                    "confidence": result.confidence, "withheld": result.withheld,
                    "score_without_abstention": score(q, result.withheld) if result.withheld else None,
                    "recalled": [p["id"] for e in result.trace if e["node"] == "memory" for p in e["recalled"]],
@@ -131,11 +172,24 @@ def summarise(benchmark: str, rows: list[dict], extractor: str | None = None) ->
         extraction += f"; accuracy without extraction {np.mean([r['score_without_extraction'] for r in rows]):.3f}"
     return {"questions": len(rows), "extraction": extraction,
             **asdict(summary), **answerable_split(benchmark, rows),
-            "evidence_in_top5": float(np.mean(hit)) if hit else None,
+            "evidence_in_top5": float(np.mean(hit)) if hit else None, **statedness_split(rows),
             "latency_s": {"p50": float(np.percentile(seconds, 50)), "p95": float(np.percentile(seconds, 95))},
             "ttft_s": {"p50": float(np.percentile(ttft, 50))},
             "tokens_mean": float(np.mean([r["tokens"] for r in rows])),
             "rounds_mean": float(np.mean([r["rounds"] for r in rows]))}
+
+
+def statedness_split(rows: list[dict]) -> dict:
+    """Accuracy on the answerable questions whose answer the evidence pages' text states and on those it
+    must be derived for; the share of right answers whose cited region holds the answer."""
+    out = {}
+    for name, flag in (("stated", True), ("derived", False)):
+        group = [r["score"] for r in rows if r.get("stated") is flag]
+        out[name] = {"accuracy": float(np.mean(group)) if group else 0.0, "count": len(group)}
+    right = [r["cited_region_has_answer"] for r in rows
+             if r["score"] >= 0.5 and r.get("cited_region_has_answer") is not None]
+    out["cited_region_has_answer"] = {"share": float(np.mean(right)) if right else None, "right_answers": len(right)}
+    return out
 
 
 def answerable_split(benchmark: str, rows: list[dict]) -> dict:

@@ -275,7 +275,8 @@ PROMPT_MARKERS = {
 
 
 def prompt_kind(prompt: str) -> str:
-    kinds = [k for k, marker in PROMPT_MARKERS.items() if marker in prompt]
+    kinds = [k for k, marker in PROMPT_MARKERS.items()  # the judge's prompt repeats the answer's
+             if marker in prompt and not (k == "answer" and PROMPT_MARKERS["validate"] in prompt)]
     assert len(kinds) == 1, f"cannot tell which agent sent {prompt[:200]!r}"
     return kinds[0]
 

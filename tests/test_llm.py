@@ -25,8 +25,10 @@ QUESTION = [SystemMessage("You answer briefly."), HumanMessage("What is the capi
 def local() -> LocalChatModel:
     import torch
 
+    from docrefrag.core.weights import model_dir
+
     torch.set_num_threads(1)
-    return LocalChatModel(max_new_tokens=24)
+    return LocalChatModel(path=model_dir("smollm2"), max_new_tokens=24)  # the smallest decoder: mechanics only
 
 
 def test_local_invoke_returns_text_and_usage(local):
@@ -49,6 +51,20 @@ def test_yes_probabilities_are_the_same_batched_or_one_by_one(local):
     assert batched == pytest.approx(alone, abs=1e-4)
     with pytest.raises(ValueError, match="read fewer characters per page"):
         local.yes_probabilities(["word " * 9000])
+
+
+def test_a_prompt_that_repeats_the_last_ones_beginning_reuses_its_kv_cache(local):
+
+    pages = [SystemMessage("You answer briefly."), HumanMessage("The depot in Ashford opened in 2004. " * 6
+                                                                + "\nQuestion: When did the depot open?\nAnswer:")]
+    judge = [pages[0], HumanMessage(pages[1].content + " 2004\nIs that stated above? Reply Yes or No.")]
+    local.invoke(pages)
+    warm = local.yes_probabilities([judge])[0]
+    assert local._prefix.reused > 60  # the judge computed only its own tail
+    fresh = LocalChatModel(path=local.path).yes_probabilities([judge])[0]  # a new model: an empty cache
+    assert warm == pytest.approx(fresh, abs=1e-4)
+    # and a reply that follows a different prompt is the one it would be alone
+    assert local.invoke(QUESTION).text == LocalChatModel(path=local.path, max_new_tokens=24).invoke(QUESTION).text
 
 
 def test_local_model_is_loaded_once(local):

@@ -18,10 +18,11 @@ from docrefrag.agents.llm_factory import make_llm
 
 
 def test_make_llm_accepts_its_forms():
-    local = LocalChatModel()  # the cached SmolLM2 (nothing loads before a reply)
+    local = LocalChatModel()  # the cached default decoder (nothing loads before a reply)
     assert isinstance(make_llm(), LocalChatModel) and make_llm("local").path == local.path
     assert make_llm(f"local:{local.path}").path == local.path
-    assert make_llm("local:smollm2").path == local.path  # a registry decoder by name
+    assert make_llm("local:qwen-coder-1.5b").path == local.path  # a registry decoder by name
+    assert make_llm("local:smollm2").path != local.path
     llm = make_llm("openai:qwen2.5:7b@http://127.0.0.1:9/v1", timeout=3, max_retries=4)
     assert (llm.model_name, llm.url, llm.retries, llm.request_timeout) == ("qwen2.5:7b", "http://127.0.0.1:9/v1", 4, 3)
     assert isinstance(make_llm("langchain_core.language_models.fake_chat_models:ParrotFakeChatModel"),

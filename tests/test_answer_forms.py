@@ -1,0 +1,104 @@
+"""Answers in the benchmarks' forms, numbers matched across forms, support from every page read, tables
+read as labelled rows, and query-focused reading. No model weights: these run in a second.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from docrefrag.agents.answer import PageText, cite, focused, table_view
+from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
+from docrefrag.agents.schemas import Citation, Claim
+from docrefrag.agents.validation import anchored_evidence, validate
+from docrefrag.evals.score_mmlongbench import mmlongbench_score
+
+
+@pytest.mark.parametrize(("answer", "page"), [
+    ("4812", "Nordic | 4,812 | 3"), ("4,812", "the Nordic total was 4812"), ("4812", "revenue of 4.812 thousand"),
+    ("42%", "a share of 42 percent"), ("42 percent", "rose to 42%"), ("0.42", "a share of 42%"),
+    ("4.8 million", "4,800,000 visits"), ("Greta Svensson", "the chair is Greta Svensson, who"),
+])
+def test_numbers_and_names_in_other_forms_are_supported(answer, page):
+    assert lexical_support(answer, page) == 1.0
+
+
+def test_other_numbers_are_not_support():
+    assert lexical_support("4812", "Nordic | 4,813") == 0.0
+    assert lexical_support("3,5", "a rate of 3.5") == 0.0  # a decimal comma is not a thousands separator
+    assert lexical_support("42", "a share of 0.42") == 0.0  # a bare fraction is no percentage
+    assert number_values("4.8 million") == {4.8, 4_800_000.0}
+
+
+def test_a_right_answer_on_a_page_read_but_not_cited_is_not_withheld():
+    pages = [PageText("d", 3, "Table 4: Nordic | 2025: 4,812 | 2024: 4,100", []),
+             PageText("d", 5, "The Nordic region grew in 2025.", [])]
+    claims = [Claim(text="4812", citations=[Citation(doc_id="d", page=5)])]  # cited where it is not written
+    verdict = validate("What was the Nordic revenue in 2025?", "4812", claims, pages, llm=None)
+    assert verdict.supported and verdict.confidence == 1.0
+
+
+def test_a_figure_of_another_year_is_not_support():
+    text = ("In 2021 the Oakfield division handled 21,251 shipments, compared with 18,000 in 2020. "
+            "The plan lists 8 priorities for 2015.\n\nPriority markets for 2022:\n\n- Chile\n\n- Peru\n\n- Ghana")
+    pages = [PageText("d", 1, text, [])]
+    claims = [Claim(text="21251", citations=[Citation(doc_id="d", page=1)])]
+    asked_2015 = validate("How many shipments did the Oakfield division handle in 2015?", "21251", claims, pages, None)
+    asked_2021 = validate("How many shipments did the Oakfield division handle in 2021?", "21251", claims, pages, None)
+    assert not asked_2015.supported and asked_2021.supported
+    markets = anchored_evidence("Which countries are the priority markets for 2022?", pages)
+    assert lexical_support("['Chile', 'Peru', 'Ghana']", markets) == 1.0  # a lead-in's list counts with it
+
+
+@pytest.mark.parametrize(("question", "form"), [
+    ("How many megawatts did the Highland region report in 2016?", "integer"),
+    ("In which year did the plant open?", "integer"),
+    ("What percentage of adults use the internet?", "number"),
+    ("Which countries are the priority markets for 2022?", "list"),
+    ("What are the two main causes of delay?", "list"),
+    ("Which region had the highest revenue in Table 2?", "string"),
+    ("Who is the chief executive officer?", "string"),
+])
+def test_the_form_is_read_from_the_question(question, form):
+    assert answer_form(question) == form
+
+
+@pytest.mark.parametrize(("question", "reply", "written", "gold", "gold_format"), [
+    ("How many shipments did the unit handle?", "12,671 shipments", "12671", "12671", "Int"),
+    ("How many times did they meet?", "two", "2", "2", "Int"),
+    ("What percentage of adults use it?", "42.5%", "42.5", "42.5", "Float"),
+    ("What was the revenue of the Nordic unit in 2025?", "4,812", "4812", "4812", "Int"),
+    ("Which countries are the priority markets?", "Chile, Peru and Ghana", "['Chile', 'Peru', 'Ghana']",
+     "['Peru', 'Chile', 'Ghana']", "List"),
+    ("Which region had the highest revenue?", "['Nordic']", "Nordic", "Nordic", "Str"),
+    ("Who chairs the board?", "Smith, John", "Smith, John", "Smith, John", "Str"),
+    ("How many shipments did the unit handle?", "Not answerable", "Not answerable", "Not answerable", "None"),
+])
+def test_answers_are_written_in_the_form_the_scorer_accepts(question, reply, written, gold, gold_format):
+    assert format_answer(question, reply) == written
+    assert mmlongbench_score(gold, written, gold_format) == 1.0
+
+
+def test_a_table_is_read_as_rows_labelled_with_their_columns():
+    markdown = ("Intro line.\n\n|Region|2024|2025|\n|---|---|---|\n|Nordic|4,100|4,812|\n|Iberia<br>South|3,9|2,7|\n\n"
+                "Table 4: revenue.")
+    view = table_view(markdown)
+    assert "Nordic | 2024: 4,100 | 2025: 4,812" in view and "Iberia South | 2024: 3,9 | 2025: 2,7" in view
+    assert view.startswith("Intro line.") and view.endswith("Table 4: revenue.")
+
+
+def test_a_long_page_is_read_where_the_question_points():
+    filler = "The committee met to review the programme and its budget. " * 30
+    text = (f"{filler}\n\nMaya Osei served as head of sustainability of the group until 2018. {filler}\n\n"
+            f"The head of sustainability of the group is Greta Svensson. {filler}")
+    kept = focused(text, "Who is the head of sustainability of the group?", 600)
+    assert len(kept) <= 600 and "Greta Svensson" in kept and "Maya Osei" in kept
+    assert kept.index("Maya Osei") < kept.index("Greta Svensson")  # page order
+
+
+def test_the_citation_is_the_chunk_that_holds_the_answer_in_any_form():
+    from docrefrag.indexes.catalog import ChunkRecord
+
+    chunks = [ChunkRecord("d", 2, 0, "Revenue by region in 2025 was reported in Table 4.", (0, 0, 10, 10)),
+              ChunkRecord("d", 2, 1, "Nordic 4,812 Iberia 3,100", (0, 20, 10, 30))]
+    (claim,) = cite("4812", [PageText("d", 2, "", chunks)])
+    assert claim.citations[0].bbox == (0, 20, 10, 30)
