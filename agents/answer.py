@@ -44,6 +44,7 @@ _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the docum
 
 SHORT_WORDS = 3
 _ABBREVIATIONS = frozenset("inc ltd co corp plc jr sr st etc vs no dept".split())  # their full stop is part of the word
+_ENUMERATION = re.compile(r"^(?:[-*\u2022]|\d{1,2}[.)])\s+(?=\S)")
 _LEAD_IN = re.compile(r"^(?:the\s+)?(?:short\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*", re.I)
 
 
@@ -222,6 +223,7 @@ def short_answer(reply: str) -> str:
     if canonical(reply) == NOT_ANSWERABLE:
         return NOT_ANSWERABLE
     answer = _LEAD_IN.sub("", reply).strip().strip('"').strip() or reply
+    answer = _ENUMERATION.sub("", answer) or answer  # a list's marker copied with its item: "3. Sign the contract."
     last = answer.split()[-1].lower() if answer.split() else ""
     if (answer.endswith(".") and len(answer.split()) <= SHORT_WORDS and not re.search(r"\.\s", answer)
             and ("." not in last[:-1] or re.fullmatch(r"[\d.,%]+", last[:-1])) and last[:-1] not in _ABBREVIATIONS):
