@@ -4,7 +4,7 @@ Two checks, averaged into the confidence: (1) lexical support, the share of the 
 numbers found on the pages read (all of them, not only the cited one: an answer read on page 3 and
 cited on page 5 is still supported), numbers matched across the forms pages write them in
 (agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent = 0.42); where the question states
-numbers (a year, a table's number), only near a passage that states one of them counts
+anchors (a year, a table's number), only near a passage that states one of them counts
 (`anchored_evidence`: the 2015 figure is not the 2021 sentence's figure); (2) the chat model's
 judgement, asked with the answer agent's own prompt (the same pages, word for word) followed by the
 answer and the question whether the pages state it: P(Yes) against No for a local model, which
@@ -16,34 +16,45 @@ unanswerable answer is never "supported": it asks for another round of search wh
 
 from __future__ import annotations
 
+import re
+
 from langchain_core.language_models import BaseChatModel
 
 from docrefrag.agents.answer import PageText, answer_messages, is_unanswerable, page_passages
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import lexical_support, number_values, written_numbers
+from docrefrag.agents.forms import lexical_support, number_values
 from docrefrag.agents.schemas import Claim, Verdict
 
-BEFORE, AFTER = 2, 5  # passages around a short one that states a number of the question (a heading, a caption)
+BEFORE, AFTER = 2, 5  # passages around a short one that states an anchor of the question (a heading, a caption)
 LEAD_CHARS = 80  # a passage this short that is no sentence, or one ending in ":", introduces what follows it
 
 
+_ANCHOR = re.compile(r"\b(?:1[89]\d\d|20\d\d)\b|\b(?:table|figure|fig\.|chart|exhibit|section)\s+(\d+)", re.IGNORECASE)
+
+
+def question_anchors(question: str) -> list[float]:
+    """The numbers that pin down what a question asks about: its years, and the numbers of the tables,
+    figures and sections it names ("the 2021 column of Table 6" -> 2021, 6). Counts ("the top 3") are not."""
+    return [float(m.group(1) or m.group(0)) for m in _ANCHOR.finditer(question)]
+
+
 def anchored_evidence(question: str, pages: list[PageText]) -> str:
-    """The text an answer must be stated in to be supported: where the question states numbers (a year,
-    a table's number), the passages of the pages read around those that state one of them (BEFORE
-    passages before, AFTER after: a sentence, a table row with its column names, a heading and its
-    list), so a value read from another year's sentence or row is not support; otherwise, and when no
-    page read states any of the question's numbers, every page read."""
-    wanted = written_numbers(question)
-    everything = "\n".join(p.text for p in pages)
-    if not wanted:
-        return everything
+    """The text an answer must be stated in to be supported. Where the question has anchors (its years,
+    the numbers of the tables and figures it names), the passages of the pages read that state one of
+    them (a sentence, a table row with its column names) and, around a short one (a heading, a list's
+    lead-in, a caption), BEFORE passages before and AFTER after: a value read from another year's
+    sentence or row is not support, and pages that never state the question's year support nothing.
+    Otherwise every page read."""
+    anchors = set(question_anchors(question))
+    if not anchors:
+        return "\n".join(p.text for p in pages)
     kept: list[str] = []
     for page in pages:
         passages = page_passages(page.text)
-        near = {j for i, text in enumerate(passages) if any(v & number_values(text) for v in wanted)
+        near = {j for i, text in enumerate(passages) if anchors & number_values(text)
                 for j in (range(max(0, i - BEFORE), min(len(passages), i + AFTER + 1)) if _leads(text) else [i])}
         kept += [passages[j] for j in sorted(near)]
-    return "\n".join(kept) if kept else everything
+    return "\n".join(kept)
 
 
 def _leads(passage: str) -> bool:

@@ -173,10 +173,33 @@ def summarise(benchmark: str, rows: list[dict], extractor: str | None = None) ->
     return {"questions": len(rows), "extraction": extraction,
             **asdict(summary), **answerable_split(benchmark, rows),
             "evidence_in_top5": float(np.mean(hit)) if hit else None, **statedness_split(rows),
+            "abstention_curve": abstention_curve(benchmark, rows),
             "latency_s": {"p50": float(np.percentile(seconds, 50)), "p95": float(np.percentile(seconds, 95))},
             "ttft_s": {"p50": float(np.percentile(ttft, 50))},
             "tokens_mean": float(np.mean([r["tokens"] for r in rows])),
             "rounds_mean": float(np.mean([r["rounds"] for r in rows]))}
+
+
+TAUS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def abstention_curve(benchmark: str, rows: list[dict]) -> dict[str, dict[str, float | None]]:
+    """Accuracy (and MMLongBench-Doc's F1) had the best answer been withheld below each confidence
+    threshold instead of the run's `tau` (the rounds the run took stay as they were): the rows from
+    which `tau` is chosen, scored by the benchmark's own aggregate."""
+    curve = {}
+    for tau in TAUS:
+        records = []
+        for r in rows:
+            given = r.get("withheld") or r["pred"] or NOT_ANSWERABLE
+            pred = given if (r["confidence"] or 0.0) >= tau else NOT_ANSWERABLE
+            records.append({**r, "pred": pred, "score": _score(benchmark, r["answer"], pred, r["answer_format"])})
+        if benchmark == "longdocurl":
+            curve[f"{tau:.1f}"] = {"accuracy": round(longdocurl_aggregate(records).accuracy, 4), "f1": None}
+        else:
+            summary = mmlongbench_aggregate(records)
+            curve[f"{tau:.1f}"] = {"accuracy": round(summary.accuracy, 4), "f1": round(summary.f1, 4)}
+    return curve
 
 
 def statedness_split(rows: list[dict]) -> dict:

@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from docrefrag.agents import prompts
-from docrefrag.agents.answer import is_unanswerable, page_texts
+from docrefrag.agents.answer import answer_messages, is_unanswerable, page_texts
 from docrefrag.agents.forms import lexical_support
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.prompts import NOT_ANSWERABLE
+from docrefrag.agents.validation import anchored_evidence
 from docrefrag.core.decoding import load_causal_lm
 from docrefrag.core.text_embedder import TextEmbedder
 from docrefrag.core.weights import model_dir
@@ -43,9 +43,8 @@ SIGNALS = ("confidence", "answer_logprob", "lexical")
 
 def answer_logprob(lm, question: str, pages, answer: str) -> float:
     """Mean log-probability of the answer's tokens after the answer agent's own prompt."""
-    context = "\n\n".join(f"[Page {p.page}]\n{p.text}" for p in pages)
-    turns = [{"role": "system", "content": prompts.ANSWER_SYSTEM},
-             {"role": "user", "content": prompts.ANSWER_USER.format(pages=context, question=question)}]
+    turns = [{"role": role, "content": m.content}
+             for role, m in zip(("system", "user"), answer_messages(question, pages), strict=True)]
     prompt = lm.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     prompt_ids = lm.tokenizer(prompt, add_special_tokens=False)["input_ids"]
     answer_ids = lm.tokenizer(answer, add_special_tokens=False)["input_ids"]
@@ -73,8 +72,7 @@ def measure(store: Store, data: Path, limit: int, decoder: str, out: Path) -> No
             seconds = time.perf_counter() - t
             read = next(e for e in result.trace if e["node"] == "answer")["pages"]
             pages = page_texts(store, [tuple(p) for p in read], q.question, config.chars_per_page)
-            cited = {(c["doc_id"], c["page"]) for claim in result.claims for c in claim["citations"]}
-            evidence = "\n".join(p.text for p in pages if (p.doc_id, p.page) in cited)
+            evidence = anchored_evidence(q.question, pages)  # what the validator's lexical support reads
             answered = not is_unanswerable(result.answer)
             row = {"qid": q.qid, "answer": q.answer, "pred": result.answer, "score": score(q, result.answer),
                    "answerable": q.answerable, "abstain_score": score(q, NOT_ANSWERABLE), "seconds": seconds,

@@ -9,7 +9,7 @@ import pytest
 from docrefrag.agents.answer import PageText, cite, focused, table_view
 from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
 from docrefrag.agents.schemas import Citation, Claim
-from docrefrag.agents.validation import anchored_evidence, validate
+from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
 from docrefrag.evals.score_mmlongbench import mmlongbench_score
 
 
@@ -45,8 +45,15 @@ def test_a_figure_of_another_year_is_not_support():
     asked_2015 = validate("How many shipments did the Oakfield division handle in 2015?", "21251", claims, pages, None)
     asked_2021 = validate("How many shipments did the Oakfield division handle in 2021?", "21251", claims, pages, None)
     assert not asked_2015.supported and asked_2021.supported
+    asked_2013 = validate("How many shipments did the Oakfield division handle in 2013?", "21251", claims, pages, None)
+    assert not asked_2013.supported  # pages that never state the question's year support nothing
     markets = anchored_evidence("Which countries are the priority markets for 2022?", pages)
     assert lexical_support("['Chile', 'Peru', 'Ghana']", markets) == 1.0  # a lead-in's list counts with it
+
+
+def test_the_anchors_of_a_question_are_its_years_and_the_tables_it_names():
+    assert question_anchors("What was the 2021 value in Table 6 for the top 3 regions?") == [2021.0, 6.0]
+    assert question_anchors("How many of the 12 stores opened?") == []
 
 
 @pytest.mark.parametrize(("question", "form"), [
