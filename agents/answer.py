@@ -10,7 +10,8 @@ small model then reads "the 2021 column" from the right cell); a page that fits 
 is read whole, a longer one is cut to its passages (sentences, table rows, list items) that share
 the most of the question's rarer terms (`focused`), kept in page order. The answer is written in
 the form the question asks for (agents/forms.py), then located on the pages read: the citation is
-the chunk (box and snippet) that contains most of the answer's words and numbers (in any form).
+the page element (paragraph, table, list, caption: the evidence graph's regions) that states most of
+the answer's words and numbers (in any form).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
         text = table_view(store.page_markdown(doc_id, page))
         if len(text) > chars_per_page:
             text = focused(text, question, chars_per_page)
-        out.append(PageText(doc_id, page, text, store.page_chunks(doc_id, page)))
+        out.append(PageText(doc_id, page, text, store.page_regions(doc_id, page)))
     return out
 
 
@@ -189,19 +190,22 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     return final_answer(question, out.text), out.output_tokens, cited
 
 
-def cite(answer: str, pages: list[PageText]) -> list[Claim]:
-    """One claim (the answer) cited by the chunk that holds most of its words and numbers (numbers in
-    any form: 4812 is found in "4,812"), on the pages read."""
+def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
+    """One claim (the answer) cited by the region (a page element: paragraph, table, list, caption) of the
+    pages read that states most of its words and numbers (numbers in any form: 4812 is found in "4,812");
+    among equals, the one sharing most of the question's terms, then the smallest."""
     if is_unanswerable(answer) or not pages:
         return []
-    best: tuple[float, PageText, ChunkRecord | None] = (-1.0, pages[0], None)
+    terms = set(tokenize(question))
+    best: tuple[tuple[float, int, float], PageText, ChunkRecord | None] = ((0.0, 0, 0.0), pages[0], None)
     for p in pages:
         for c in p.chunks:
-            score = lexical_support(answer, c.text)
-            if score > best[0]:
-                best = (score, p, c)
-    score, page, chunk = best
-    if score <= 0:  # no chunk shares a word with the answer (computed, or written differently): the page, no region
+            x0, y0, x1, y1 = c.bbox
+            key = (lexical_support(answer, c.text), len(terms & set(tokenize(c.text))), -(x1 - x0) * (y1 - y0))
+            if key > best[0]:
+                best = (key, p, c)
+    (support, _, _), page, chunk = best
+    if support <= 0:  # no region states the answer (computed, or written differently): the page, no region
         page, chunk = pages[0], None
     citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
                         snippet=chunk.text[:300] if chunk else page.text[:300])

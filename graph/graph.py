@@ -157,10 +157,10 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
                  else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.chars_per_page))
         if cfg.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
             text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
-            claims = cite(text, pages if graph else expanded or pages)
+            claims = cite(text, pages if graph else expanded or pages, state["question"])
         else:
             text, tokens = answer_question(state["question"], pages, ctx.llm)
-            claims = cite(text, pages)
+            claims = cite(text, pages, state["question"])
     update = {"answer": text, "claims": [c.model_dump() for c in claims],
               "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text} for p in pages],
               "tokens": state.get("tokens", 0) + tokens,

@@ -255,6 +255,13 @@ class Store(IngestWrites):
                                (doc_id, page)).fetchall()
         return [ChunkRecord(doc_id, page, r[0], r[1], tuple(r[2:])) for r in rows]
 
+    def page_regions(self, doc_id: str, page: int) -> list[ChunkRecord]:
+        """The page's elements of the evidence graph (headings, paragraphs, tables, figures, captions, in
+        reading order) as citable regions: `chunk` is the element's index on the page."""
+        nodes = self.graph(doc_id).nodes
+        return [ChunkRecord(doc_id, page, index, el.text, el.bbox)
+                for (p, index), el in sorted(nodes.items()) if p == page and index > 0]
+
     def text_chunks(self, doc_id: str) -> list[tuple[int, str]]:
         """(page, text) of every BM25 chunk of the document, in page order."""
         return self.db.execute("SELECT page, text FROM chunks WHERE doc_id = ? ORDER BY page, chunk",
