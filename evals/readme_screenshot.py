@@ -62,8 +62,10 @@ def screenshot(store: Path, question: str, out: Path, timeout: float = 600) -> s
         WebDriverWait(driver, 60).until(lambda d: "ready" in d.find_element(By.ID, "documents").text)
         driver.find_element(By.ID, "question").send_keys(question)
         driver.find_element(By.ID, "ask-button").click()
-        WebDriverWait(driver, timeout, poll_frequency=0.5).until(lambda d: d.find_element(By.ID, "answer").is_displayed()
-                                                                 or d.find_elements(By.CSS_SELECTOR, "#steps .error"))
+        def answered(d) -> bool:
+            return d.find_element(By.ID, "answer").is_displayed() or bool(d.find_elements(By.CSS_SELECTOR, "#steps .error"))
+
+        WebDriverWait(driver, timeout, poll_frequency=0.5).until(answered)
         answer = driver.find_element(By.ID, "answer-text").text
         citations = driver.find_elements(By.ID, "citation-0")
         if citations:
