@@ -63,7 +63,8 @@ def screenshot(store: Path, question: str, out: Path, timeout: float = 600) -> s
         driver.find_element(By.ID, "question").send_keys(question)
         driver.find_element(By.ID, "ask-button").click()
         def answered(d) -> bool:
-            return d.find_element(By.ID, "answer").is_displayed() or bool(d.find_elements(By.CSS_SELECTOR, "#steps .error"))
+            shown = d.find_element(By.ID, "answer").is_displayed()
+            return shown or bool(d.find_elements(By.CSS_SELECTOR, "#steps .error"))
 
         WebDriverWait(driver, timeout, poll_frequency=0.5).until(answered)
         answer = driver.find_element(By.ID, "answer-text").text
