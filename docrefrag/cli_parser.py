@@ -252,5 +252,5 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="generate a sample report, ingest it and ask it its questions")
     demo.add_argument("--dir", type=Path, default=Path("docrefrag-demo"), help="where the report and its store go")
     demo.add_argument("--pages", type=int, default=12, help="pages of the generated report (default 12)")
-    demo.add_argument("--questions", type=int, default=4, help="questions asked, about the report's prose and tables (default 4)")
+    demo.add_argument("--questions", type=int, default=4, help="prose and table questions asked (default 4)")
     return parser
