@@ -40,17 +40,25 @@ def answers_markdown(summary: dict, latency_png: Path | None) -> str:
         if key == "settings":  # models, reader checkpoint, ask config, encoder (evals.run.run_settings)
             groups.append(f"## settings\n\n```json\n{json.dumps(value, indent=2, sort_keys=True)}\n```")
             continue
-        if isinstance(value, dict) and value and all(isinstance(v, dict) and "accuracy" in v for v in value.values()):
+        if key == "abstention_curve":  # evals.answers.abstention_curve: {tau: {accuracy, f1}}
+            rows = "\n".join(f"| {tau} | {v['accuracy']:.3f} | {_number(v['f1'])} |" for tau, v in value.items())
+            groups.append(f"## abstention curve\n\n| tau | accuracy | F1 |\n|---|---|---|\n{rows}")
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) and "accuracy" in v for v in value.values()):
             rows = "\n".join(f"| {name} | {g['accuracy']:.3f} | {g['count']} |" for name, g in value.items())
             groups.append(f"## {key.replace('_', ' ')}\n\n| group | accuracy | questions |\n|---|---|---|\n{rows}")
         elif isinstance(value, dict) and "accuracy" in value:
             head.append(f"| {key.replace('_', ' ')} | {value['accuracy']:.3f} ({value['count']} questions) |")
         elif isinstance(value, dict):
-            head.append(f"| {key.replace('_', ' ')} | " + ", ".join(f"{k} {v:.2f}" for k, v in value.items()) + " |")
+            cells = ", ".join(f"{k} {_number(v)}" for k, v in value.items())
+            head.append(f"| {key.replace('_', ' ')} | {cells} |")
         else:
             head.append(f"| {key.replace('_', ' ')} | {f'{value:.3f}' if isinstance(value, float) else value} |")
     plot = [f"![latency]({latency_png.name})"] if latency_png else []
     return "\n\n".join([title, "\n".join(head), *groups, *plot]) + "\n"
+
+
+def _number(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, float) else "-" if value is None else str(value)
 
 
 def latency_histogram(latencies_ms: Sequence[float], out: Path, title: str) -> Path:
