@@ -5,8 +5,9 @@ reader (`read_with_reader`), which reads the pages' stored tokens as compressed 
 question's chunks expanded into the decoder's own tokens of their regions' words, and cites the
 expanded chunk that holds most of the answer's words.
 
-Reading is query-focused: each table row is written with its cells' column names (`table_view`: a
-small model then reads "the 2021 column" from the right cell); a page that fits the per-page budget
+Reading is query-focused: each table row is written with its cells' column names, and each numeric
+column's highest and lowest row is said in words (`table_view`: a small model then reads "the 2021
+column" and "the highest" from the right cells); a page that fits the per-page budget
 is read whole, a longer one is cut to its passages (sentences, table rows, list items) that share
 the most of the question's rarer terms (`focused`), kept in page order. The answer is written in
 the form the question asks for (agents/forms.py), then located on the pages read: the citation is
@@ -137,18 +138,33 @@ def _cells(line: str) -> list[str]:
 
 
 def _table_rows(rows: list[list[str]]) -> list[str]:
-    """A markdown table's rows (header, separator, data) as labelled lines."""
+    """A markdown table's rows (header, separator, data) as labelled lines, then each numeric column's
+    highest and lowest row, worded as a question asks for them (a small model misreads "the highest of
+    four values")."""
     is_rule = [all(re.fullmatch(r":?-{3,}:?", c) for c in r if c) and any(r) for r in rows]
     if len(rows) < 3 or not is_rule[1]:  # no header: the rows' cells as they are
         return [" | ".join(c for c in r if c) for r, rule in zip(rows, is_rule, strict=True) if not rule]
-    header = rows[0]
+    header, data = rows[0], rows[2:]
     out = []
-    for row in rows[2:]:
+    for row in data:
         cells = [(header[k] if k < len(header) else "", v) for k, v in enumerate(row)]
         label = cells[0][1]
         parts = [f"{name}: {value}" if name else value for name, value in cells[1:] if value]
         out.append(" | ".join([label, *parts]) if label else " | ".join(parts))
+    for k in range(1, len(header)):
+        values = [(_cell_number(r[k]) if k < len(r) else None, r[0], r[k] if k < len(r) else "") for r in data]
+        if header[k] and len(values) >= 3 and all(v is not None and label for v, label, _ in values):
+            high, low = max(values), min(values)
+            if high[0] == low[0]:
+                continue
+            out.append(f"Highest {header[k]}: {high[1]} ({high[2]}). Lowest {header[k]}: {low[1]} ({low[2]}).")
     return out
+
+
+def _cell_number(cell: str) -> float | None:
+    """The number a table cell holds ("4,812", "-3.5", "12%"), None for any other text."""
+    m = re.fullmatch(r"\s*([-+\u2212]?)[$\u20ac\u00a3]?\s?(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*%?\s*", cell)
+    return None if m is None else float(m.group(2).replace(",", "")) * (-1 if m.group(1) else 1)
 
 
 def answer_messages(question: str, pages: list[PageText], answer: str | None = None) -> list[BaseMessage]:

@@ -93,6 +93,13 @@ def test_a_table_is_read_as_rows_labelled_with_their_columns():
     assert view.startswith("Intro line.") and view.endswith("Table 4: revenue.")
 
 
+def test_a_tables_numeric_columns_name_their_highest_and_lowest_rows():
+    view = table_view("|Region|Visits|Year|\n|---|---|---|\n"
+                      "|North|70.9|2019|\n|Central|1,090.0|2019|\n|Coastal|52.0|2019|")
+    assert "Highest Visits: Central (1,090.0). Lowest Visits: Coastal (52.0)." in view
+    assert "Highest Year" not in view  # a column of one value has no extremes
+
+
 def test_a_long_page_is_read_where_the_question_points():
     filler = "The committee met to review the programme and its budget. " * 30
     text = (f"{filler}\n\nMaya Osei served as head of sustainability of the group until 2018. {filler}\n\n"
