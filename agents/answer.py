@@ -209,18 +209,19 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
 def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
     """One claim (the answer) cited by the region (a page element: paragraph, table, list, caption) of the
     pages read that states most of its words and numbers (numbers in any form: 4812 is found in "4,812");
-    among equals, the one sharing most of the question's terms, then the smallest."""
+    among equals, the one on the page read first (the best ranked), then the one sharing most of the
+    question's terms, then the smallest."""
     if is_unanswerable(answer) or not pages:
         return []
     terms = set(tokenize(question))
-    best: tuple[tuple[float, int, float], PageText, ChunkRecord | None] = ((0.0, 0, 0.0), pages[0], None)
-    for p in pages:
+    best: tuple[tuple[float, int, int, float], PageText, ChunkRecord | None] = ((0.0, 0, 0, 0.0), pages[0], None)
+    for rank, p in enumerate(pages):
         for c in p.chunks:
             x0, y0, x1, y1 = c.bbox
-            key = (lexical_support(answer, c.text), len(terms & set(tokenize(c.text))), -(x1 - x0) * (y1 - y0))
+            key = (lexical_support(answer, c.text), -rank, len(terms & set(tokenize(c.text))), -(x1 - x0) * (y1 - y0))
             if key > best[0]:
                 best = (key, p, c)
-    (support, _, _), page, chunk = best
+    (support, *_), page, chunk = best
     if support <= 0:  # no region states the answer (computed, or written differently): the page, no region
         page, chunk = pages[0], None
     citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
