@@ -29,7 +29,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import format_answer, lexical_support
+from docrefrag.agents.forms import cell_number, format_answer, lexical_support
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.core.chunking import box_overlap, chunk_box, region_words
@@ -152,19 +152,13 @@ def _table_rows(rows: list[list[str]]) -> list[str]:
         parts = [f"{name}: {value}" if name else value for name, value in cells[1:] if value]
         out.append(" | ".join([label, *parts]) if label else " | ".join(parts))
     for k in range(1, len(header)):
-        values = [(_cell_number(r[k]) if k < len(r) else None, r[0], r[k] if k < len(r) else "") for r in data]
+        values = [(cell_number(r[k]) if k < len(r) else None, r[0], r[k] if k < len(r) else "") for r in data]
         if header[k] and len(values) >= 3 and all(v is not None and label for v, label, _ in values):
             high, low = max(values), min(values)
             if high[0] == low[0]:
                 continue
             out.append(f"Highest {header[k]}: {high[1]} ({high[2]}). Lowest {header[k]}: {low[1]} ({low[2]}).")
     return out
-
-
-def _cell_number(cell: str) -> float | None:
-    """The number a table cell holds ("4,812", "-3.5", "12%"), None for any other text."""
-    m = re.fullmatch(r"\s*([-+\u2212]?)[$\u20ac\u00a3]?\s?(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)\s*%?\s*", cell)
-    return None if m is None else float(m.group(2).replace(",", "")) * (-1 if m.group(1) else 1)
 
 
 def answer_messages(question: str, pages: list[PageText], answer: str | None = None) -> list[BaseMessage]:

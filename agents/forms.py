@@ -72,6 +72,15 @@ def written_numbers(text: str) -> list[set[float]]:
     return numbers
 
 
+def cell_number(text: str) -> float | None:
+    """The value of a text that is one number and nothing else ("4,812", "-3.5", "12%", "$4.5"), as written."""
+    m = _NUMBER.fullmatch(text.strip())
+    if m is None or (m.group(2) or "%") != "%":
+        return None
+    value = float(m.group(1).replace(",", ""))
+    return -value if m.group(0).startswith(("-", "−")) else value
+
+
 def number_values(text: str) -> set[float]:
     """Every value a number of `text` may stand for (see `written_numbers`)."""
     return set().union(*written_numbers(text))
