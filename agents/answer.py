@@ -5,9 +5,11 @@ reader (`read_with_reader`), which reads the pages' stored tokens as compressed 
 question's chunks expanded into the decoder's own tokens of their regions' words, and cites the
 expanded chunk that holds most of the answer's words.
 
-Reading is query-focused: each table row is written with its cells' column names, and each numeric
-column's highest and lowest row is said in words (`table_view`: a small model then reads "the 2021
-column" and "the highest" from the right cells); a page that fits the per-page budget
+Reading is query-focused: each table row is written with its cells' column names, the cell at a row
+and a column the question names is said on its own line, and for a question after the highest or the
+lowest, the named columns' extremes are said in words (`table_view`: a small model misreads "the 2019
+column" and "the lowest of four values"); numbered list items are written by rank ("Third: ...") when
+the question asks for an item by rank (`ordinal_items`); a page that fits the per-page budget
 is read whole, a longer one is cut to its passages (sentences, table rows, list items) that share
 the most of the question's rarer terms (`focused`), kept in page order. The answer is written in
 the form the question asks for (agents/forms.py), then located on the pages read: the citation is
@@ -62,7 +64,7 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     """The text of each (doc_id, page) as the answer agent reads it (see the module docstring)."""
     out = []
     for doc_id, page in pages:
-        text = table_view(store.page_markdown(doc_id, page))
+        text = ordinal_items(table_view(store.page_markdown(doc_id, page), question), question)
         if len(text) > chars_per_page:
             text = focused(text, question, chars_per_page)
         out.append(PageText(doc_id, page, text, store.page_regions(doc_id, page)))
@@ -110,9 +112,10 @@ def _sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"(])", text) if s.strip()]
 
 
-def table_view(markdown: str) -> str:
+def table_view(markdown: str, question: str = "") -> str:
     """The markdown with each table's rows written as "row | column: value | ...", the header's names
-    repeated at every cell; other lines as they are."""
+    repeated at every cell, then the cells the question points at and, for a question that asks for the
+    highest or lowest, its columns' extremes (`_table_rows`); other lines as they are."""
     out: list[str] = []
     lines = markdown.splitlines()
     i = 0
@@ -124,7 +127,7 @@ def table_view(markdown: str) -> str:
         j = i
         while j < len(lines) and _is_table_row(lines[j]):
             j += 1
-        out += _table_rows([_cells(line) for line in lines[i:j]])
+        out += _table_rows([_cells(line) for line in lines[i:j]], question)
         i = j
     return "\n".join(out)
 
@@ -137,28 +140,68 @@ def _cells(line: str) -> list[str]:
     return [" ".join(c.replace("<br>", " ").split()) for c in line.strip().strip("|").split("|")]
 
 
-def _table_rows(rows: list[list[str]]) -> list[str]:
-    """A markdown table's rows (header, separator, data) as labelled lines, then each numeric column's
-    highest and lowest row, worded as a question asks for them (a small model misreads "the highest of
-    four values")."""
+def _table_rows(rows: list[list[str]], question: str) -> list[str]:
+    """A markdown table's rows (header, separator, data) as labelled lines; then the cells at a row and a
+    column the question names ("Cormere, 2019: 62,872."); then, if the question asks for a highest or
+    lowest, each numeric column's highest and lowest row, worded as a question asks for them, of the
+    columns the question names (all numeric columns if it names none). A small model misreads "the
+    2019 column" and "the lowest of four values"; it reads these lines."""
     is_rule = [all(re.fullmatch(r":?-{3,}:?", c) for c in r if c) and any(r) for r in rows]
     if len(rows) < 3 or not is_rule[1]:  # no header: the rows' cells as they are
         return [" | ".join(c for c in r if c) for r, rule in zip(rows, is_rule, strict=True) if not rule]
-    header, data = rows[0], rows[2:]
+    header, data = rows[0], [r + [""] * (len(rows[0]) - len(r)) for r in rows[2:]]
     out = []
     for row in data:
-        cells = [(header[k] if k < len(header) else "", v) for k, v in enumerate(row)]
-        label = cells[0][1]
-        parts = [f"{name}: {value}" if name else value for name, value in cells[1:] if value]
-        out.append(" | ".join([label, *parts]) if label else " | ".join(parts))
-    for k in range(1, len(header)):
-        values = [(cell_number(r[k]) if k < len(r) else None, r[0], r[k] if k < len(r) else "") for r in data]
-        if header[k] and len(values) >= 3 and all(v is not None and label for v, label, _ in values):
-            high, low = max(values), min(values)
-            if high[0] == low[0]:
-                continue
-            out.append(f"Highest {header[k]}: {high[1]} ({high[2]}). Lowest {header[k]}: {low[1]} ({low[2]}).")
+        parts = [f"{name}: {value}" if name else value for name, value in zip(header[1:], row[1:]) if value]
+        out.append(" | ".join([row[0], *parts]) if row[0] else " | ".join(parts))
+    terms = set(tokenize(question))
+    named_columns = _named_columns(header, terms)
+    named_rows = [r for r in data if r[0] and terms & set(tokenize(r[0]))]
+    out += [f"{r[0]}, {header[k]}: {r[k]}." for r in named_rows for k in named_columns if r[k]]
+    if _SUPERLATIVE.search(question):
+        out += [line for k in (named_columns or range(1, len(header))) if (line := _extremes(header[k], data, k))]
     return out
+
+
+_SUPERLATIVE = re.compile(r"\b(?:highest|lowest|largest|smallest|greatest|biggest|fewest|most|least|maximum|minimum"
+                          r"|top|bottom|best|worst|leading)\b", re.IGNORECASE)
+
+
+def _named_columns(header: list[str], terms: set[str]) -> list[int]:
+    """The columns (past the first, the rows' labels) whose name shares a word with the question; those
+    sharing a word that is not a number when there are any (a table's year is often every column's)."""
+    shared = {k: terms & set(tokenize(header[k])) for k in range(1, len(header))}
+    worded = [k for k, words in shared.items() if any(not w.isdigit() for w in words)]
+    return worded or [k for k, words in shared.items() if words]
+
+
+def _extremes(name: str, data: list[list[str]], k: int) -> str:
+    """ "Highest X: row (value). Lowest X: row (value)." for column k of at least 3 labelled numbers that
+    are not all equal; "" otherwise."""
+    values = [(cell_number(r[k]), r[0], r[k]) for r in data]
+    if not name or len(values) < 3 or not all(v is not None and label for v, label, _ in values):
+        return ""
+    high, low = max(values), min(values)
+    return "" if high[0] == low[0] else f"Highest {name}: {high[1]} ({high[2]}). Lowest {name}: {low[1]} ({low[2]})."
+
+
+_ORDINALS = "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split()
+_ORDINAL_Q = re.compile(r"\b(?:%s|\d{1,2}(?:st|nd|rd|th))\b" % "|".join(_ORDINALS), re.IGNORECASE)
+_NUMBERED_ITEM = re.compile(r"^(\s*)(\d{1,2})[.)]\s+(?=\S)", re.MULTILINE)
+
+
+def ordinal_items(markdown: str, question: str) -> str:
+    """Where the question asks for an item by its rank ("the third step"), each numbered list item written
+    as "- Third: its words" instead of "3. its words": asked for the third step, a small model answers
+    "3" from the number and the item's words from the ordinal."""
+    if not _ORDINAL_Q.search(question):
+        return markdown
+
+    def word(m: re.Match) -> str:
+        n = int(m.group(2))
+        return f"{m.group(1)}- {_ORDINALS[n - 1].capitalize()}: " if 1 <= n <= len(_ORDINALS) else m.group(0)
+
+    return _NUMBERED_ITEM.sub(word, markdown)
 
 
 def answer_messages(question: str, pages: list[PageText], answer: str | None = None) -> list[BaseMessage]:

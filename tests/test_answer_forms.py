@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from docrefrag.agents.answer import PageText, cite, focused, table_view
+from docrefrag.agents.answer import PageText, cite, focused, ordinal_items, table_view
 from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
@@ -93,11 +93,30 @@ def test_a_table_is_read_as_rows_labelled_with_their_columns():
     assert view.startswith("Intro line.") and view.endswith("Table 4: revenue.")
 
 
-def test_a_tables_numeric_columns_name_their_highest_and_lowest_rows():
-    view = table_view("|Region|Visits|Year|\n|---|---|---|\n"
-                      "|North|70.9|2019|\n|Central|1,090.0|2019|\n|Coastal|52.0|2019|")
-    assert "Highest Visits: Central (1,090.0). Lowest Visits: Coastal (52.0)." in view
-    assert "Highest Year" not in view  # a column of one value has no extremes
+def test_a_question_for_the_highest_or_lowest_gets_its_columns_extremes_in_words():
+    table = ("|Unit|Energy use 2021 (MWh)|Margin (%)|Year|\n|---|---|---|---|\n"
+             "|North|35,800|25.7|2021|\n|Central|39,076|9.0|2021|\n|Coastal|14,778|10.1|2021|")
+    view = table_view(table, "Which unit had the lowest operating margin in 2021?")
+    assert "Highest Margin (%): North (25.7). Lowest Margin (%): Central (9.0)." in view
+    assert "Energy use 2021 (MWh):" in view and "Lowest Energy" not in view  # the column the question names
+    assert "Highest Energy use 2021 (MWh): Central (39,076)." in table_view(table, "Which unit used the most?")
+    assert "Highest Year" not in table_view(table, "Which unit used the most?")  # a column of one value
+    assert "Highest" not in table_view(table, "What was the margin of North?")  # no extreme asked for
+
+
+def test_the_cell_at_the_row_and_column_a_question_names_is_said_on_its_own():
+    table = "|Unit|2019|2020|\n|---|---|---|\n|Redton|44,691|90,629|\n|Cormere|62,872|71,415|"
+    view = table_view(table, "What was the headcount of the Cormere unit in 2019?")
+    assert view.endswith("Cormere, 2019: 62,872.") and "Redton, 2019" not in view
+    assert "Cormere, 2019" not in table_view(table, "What was the headcount of the Cormere unit?")
+
+
+def test_numbered_items_are_read_by_their_rank_when_the_question_asks_by_rank():
+    steps = "Onboarding procedure:\n\n1. Schedule the audit.\n\n2) Sign the contract.\n3. Agree the schedule."
+    assert ordinal_items(steps, "What is the third step of the onboarding procedure?").splitlines()[-1] == (
+        "- Third: Agree the schedule.")
+    assert "- Second: Sign the contract." in ordinal_items(steps, "Which is the 2nd step?")
+    assert ordinal_items(steps, "What is step 3?") == steps  # the question asks by number: as written
 
 
 def test_a_long_page_is_read_where_the_question_points():
