@@ -1,9 +1,9 @@
 """The answer agent: read the top pages, answer briefly, cite page and region.
 
-Two readers: a chat model over the pages' text (`answer_question`, the default), and the Doc-REFRAG
-reader (`read_with_reader`), which reads the pages' stored tokens as compressed chunks with the
-question's chunks expanded into the decoder's own tokens of their regions' words, and cites the
-expanded chunk that holds most of the answer's words.
+Two readers: a chat model over the pages' text, one page at a time in rank order until a page yields
+an answer (`answer_question`, the default), and the Doc-REFRAG reader (`read_with_reader`), which reads
+the pages' stored tokens as compressed chunks with the question's chunks expanded into the decoder's own
+tokens of their regions' words, and cites the expanded chunk that holds most of the answer's words.
 
 Reading is query-focused: each table row is written with its cells' column names, the cell at a row
 and a column the question names is said on its own line, and for a question after the highest or the
@@ -152,7 +152,8 @@ def _table_rows(rows: list[list[str]], question: str) -> list[str]:
     header, data = rows[0], [r + [""] * (len(rows[0]) - len(r)) for r in rows[2:]]
     out = []
     for row in data:
-        parts = [f"{name}: {value}" if name else value for name, value in zip(header[1:], row[1:]) if value]
+        names = header + [""] * (len(row) - len(header))  # a row longer than the header: unnamed cells
+        parts = [f"{name}: {value}" if name else value for name, value in zip(names[1:], row[1:], strict=True) if value]
         out.append(" | ".join([row[0], *parts]) if row[0] else " | ".join(parts))
     terms = set(tokenize(question))
     named_columns = _named_columns(header, terms)
@@ -186,7 +187,7 @@ def _extremes(name: str, data: list[list[str]], k: int) -> str:
 
 
 _ORDINALS = "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split()
-_ORDINAL_Q = re.compile(r"\b(?:%s|\d{1,2}(?:st|nd|rd|th))\b" % "|".join(_ORDINALS), re.IGNORECASE)
+_ORDINAL_Q = re.compile(rf"\b(?:{'|'.join(_ORDINALS)}|\d{{1,2}}(?:st|nd|rd|th))\b", re.IGNORECASE)
 _NUMBERED_ITEM = re.compile(r"^(\s*)(\d{1,2})[.)]\s+(?=\S)", re.MULTILINE)
 
 
@@ -213,12 +214,21 @@ def answer_messages(question: str, pages: list[PageText], answer: str | None = N
     return [SystemMessage(prompts.ANSWER_SYSTEM), HumanMessage(user)]
 
 
-def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int]:
-    """(short answer, output tokens)."""
-    reply = invoke_llm(llm, answer_messages(question, pages), stop=["\n"])
-    text = str(reply.content).strip()
-    usage = getattr(reply, "usage_metadata", None) or {}
-    return final_answer(question, text.splitlines()[0] if text else ""), int(usage.get("output_tokens", 0))
+def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int, list[PageText]]:
+    """(short answer, output tokens, the pages read): the pages one at a time, in rank order, until one
+    yields an answer that is no abstention; that page is the last one read. A small model reads one page
+    better than three: given three, it takes a row of another page's table, the lowest of the wrong
+    column, or a neighbouring role's holder for a role no page names; and most answers are on the first
+    page, which is then the only prefill."""
+    tokens = 0
+    for i, page in enumerate(pages):
+        reply = invoke_llm(llm, answer_messages(question, [page]), stop=["\n"])
+        text = str(reply.content).strip()
+        tokens += int((getattr(reply, "usage_metadata", None) or {}).get("output_tokens", 0))
+        answer = final_answer(question, text.splitlines()[0] if text else "")
+        if not is_unanswerable(answer):
+            return answer, tokens, pages[:i + 1]
+    return NOT_ANSWERABLE, tokens, pages
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:

@@ -6,9 +6,10 @@ cited on page 5 is still supported), numbers matched across the forms pages writ
 (agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent = 0.42); where the question states
 anchors (a year, a table's number), only near a passage that states one of them counts
 (`anchored_evidence`: the 2015 figure is not the 2021 sentence's figure); (2) the chat model's
-judgement, asked with the answer agent's own prompt (the same pages, word for word) followed by the
-answer and the question whether the pages state it: P(Yes) against No for a local model, which
-computes only that tail (its KV cache of the answer's prompt is reused), its Yes/No reply otherwise.
+judgement, asked with the prompt the answer was read from (the page that answered, word for word: the
+answer agent reads one page at a time) followed by the answer and the question whether the pages state
+it: P(Yes) against No for a local model, which computes only that tail (its KV cache of the answer's
+prompt is reused), its Yes/No reply otherwise.
 An answer whose every word and number a page read states has lexical support 1, so its confidence is at
 least 0.5 whatever the judge says: with `tau` <= 0.5 (the default) a stated answer is never withheld. An
 unanswerable answer is never "supported": it asks for another round of search while rounds remain.
@@ -64,13 +65,16 @@ def _leads(passage: str) -> bool:
 
 
 def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText],
-             llm: BaseChatModel | None) -> Verdict:
+             llm: BaseChatModel | None, source: list[PageText] | None = None) -> Verdict:
+    """The verdict on `answer`: its lexical support over every page read (`pages`), and the judge's, asked
+    with the prompt the answer was read from (`source`: the pages that prompt held; all pages read if
+    None)."""
     if is_unanswerable(answer) or not claims:
         return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
     lexical = lexical_support(answer, anchored_evidence(question, pages))
     scores = [lexical]
     if llm is not None:
-        messages = answer_messages(question, pages, answer)  # the answer agent's prompt, then the question
+        messages = answer_messages(question, source or pages, answer)  # the answer's prompt, then the question
         if hasattr(llm, "yes_probabilities"):  # a local model: its P(Yes), not only which word wins
             scores.append(llm.yes_probabilities([messages])[0])
         else:

@@ -151,18 +151,19 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
     graph = cfg.evidence == "graph"  # read the gathered elements, not the pages
     if not state["hits"] or (graph and not state.get("evidence")):  # nothing to read (no page matched, e.g. a
-        text, tokens, claims, pages = NOT_ANSWERABLE, 0, [], []  # scanned document whose OCR found no text)
+        text, tokens, claims, pages, source = NOT_ANSWERABLE, 0, [], [], 0  # scanned document whose OCR found no text)
     else:
         pages = (evidence_pages(state["evidence"]) if graph
                  else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.chars_per_page))
         if cfg.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
             text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
-            claims = cite(text, pages if graph else expanded or pages, state["question"])
-        else:
-            text, tokens = answer_question(state["question"], pages, ctx.llm)
-            claims = cite(text, pages, state["question"])
+            claims, source = cite(text, pages if graph else expanded or pages, state["question"]), len(pages)
+        else:  # page by page until one answers: the answer is read from the last page read
+            text, tokens, pages = answer_question(state["question"], pages, ctx.llm)
+            claims, source = cite(text, pages, state["question"]), 1
     update = {"answer": text, "claims": [c.model_dump() for c in claims],
-              "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text} for p in pages],
+              "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text, "source": i >= len(pages) - source}
+                       for i, p in enumerate(pages)],
               "tokens": state.get("tokens", 0) + tokens,
               "trace": [{"node": "answer", "answer": text, "evidence": cfg.evidence,
                          "pages": [(p.doc_id, p.page) for p in pages]}]}
@@ -174,9 +175,11 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def validate_answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx = runtime.context
     # the validator reads text only
-    pages = [PageText(r["doc_id"], r["page"], r["text"], []) for r in state.get("read", [])]
+    read = state.get("read", [])
+    pages = [PageText(r["doc_id"], r["page"], r["text"], []) for r in read]
+    source = [p for p, r in zip(pages, read, strict=True) if r.get("source", True)]
     verdict = validate(state["question"], state["answer"], [Claim(**c) for c in state.get("claims", [])], pages,
-                       ctx.llm)
+                       ctx.llm, source)
     update = {"verdict": verdict.model_dump(), "trace": [{"node": "validate", **verdict.model_dump()}]}
     best = state.get("best") or {}
     if verdict.confidence >= best.get("verdict", {}).get("confidence", -1.0):  # a tie goes to the later round

@@ -18,9 +18,9 @@ def test_ask_with_the_real_local_model(dr, report):
     reports: list[tuple[int, int]] = []
     with decoding_progress(lambda read, written: reports.append((read, written))):  # as the CLI's progress line
         result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1))
-    # the graph's nodes report every token loop: the answer's prompt (the pages read), then each token written
+    # the graph's nodes report every token loop: the answer's prompt (a page read), then each token written
     prefills = [read for read, written in reports if written == 0]
-    assert prefills and max(prefills) > 300
+    assert prefills and max(prefills) > 150
     answer_loop = [w for r, w in reports if r == max(prefills)]
     assert answer_loop == list(range(len(answer_loop))) and len(answer_loop) > 1
     print(f"\nreal local model: answer {result.answer!r}, confidence {result.confidence}, "
@@ -71,4 +71,5 @@ def test_chat_reranker_orders_the_pages_by_the_local_models_relevance(dr, report
     assert sorted(retrieved_pages(rerank)) == sorted(retrieved_pages(retrieve))
     assert all(0 < s < 1 for s in scores) and scores == sorted(scores, reverse=True)
     (answer,) = entries(result.trace, "answer")
-    assert [tuple(p) for p in answer["pages"]] == [(doc_id, p) for p in retrieved_pages(rerank)[: config.pages]]
+    read = [tuple(p) for p in answer["pages"]]  # in the reranked order, page by page until one answers
+    assert read and read == [(doc_id, p) for p in retrieved_pages(rerank)[: len(read)]]
