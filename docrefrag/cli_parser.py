@@ -22,8 +22,8 @@ def _store_args(p: argparse.ArgumentParser) -> None:
                         "API key from $QDRANT_API_KEY")
 
 
-TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "rerank_share", "init",
-                    "decoder", "device")
+TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "em_weight",
+                    "rerank_share", "init", "decoder", "device")
 
 
 def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
@@ -221,10 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
                          help="reader checkpoint (default: the shipped one if present, else untrained parts)")
     _json_arg(breader)
 
-    tr = sub.add_parser("train", help="train the Doc-REFRAG reader (stages 1-3) on a synthetic corpus")
-    tr.add_argument("stage", choices=["stage1", "stage2", "stage3", "all"],
-                    help="stage1: reconstruction; stage2: continual pretraining and page relevance; stage3: GRPO "
-                         "selector; all: the three in order")
+    tr = sub.add_parser("train", help="train the Doc-REFRAG reader (stages 1-3 and the selector's warm start) "
+                                      "on a synthetic corpus")
+    tr.add_argument("stage", choices=["stage1", "stage2", "warmstart", "stage3", "all"],
+                    help="stage1: reconstruction; stage2: continual pretraining and page relevance; warmstart: the "
+                         "selector on chunk labels; stage3: GRPO selector; all: the four in order")
     _config_args(tr, TrainConfigFlags)
     tr.add_argument("--noisy-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
                     help="hard negatives of a noisy sequence (default 3 6; the paper: 20 30)")

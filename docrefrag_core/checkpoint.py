@@ -3,7 +3,8 @@
     <dir>/config.json     format version, the ReaderConfig, the encoder and decoder it was trained
                           for, and the record of every training stage (data, steps, seed, command,
                           minutes)
-    <dir>/reader.safetensors   token norm, projector, aligner, selector (float16)
+    <dir>/reader.safetensors   token norm, projector, selector (float16); a checkpoint saved
+                          before the token aligner was retired also holds its weights, never read
     <dir>/lora.safetensors     the decoder's LoRA adapters (float16)
     <dir>/manifest.json   sha256 of every file above
 
@@ -31,7 +32,7 @@ from docrefrag.core.weights_verify import sha256_file
 FORMAT = 1
 MANIFEST = "manifest.json"
 FILES = ("config.json", "reader.safetensors", "lora.safetensors")
-PARTS = ("norm", "projector", "aligner", "selector")
+PARTS = ("norm", "projector", "selector")
 
 
 class CheckpointError(RuntimeError):

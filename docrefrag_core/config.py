@@ -127,7 +127,11 @@ class TrainConfig:
     clip_eps: float = field(default=0.2, metadata={"help": "GRPO: ratio clipping"})
     beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})
     p_range: tuple[float, float] = field(default=(0.1, 0.3), metadata={"help": "GRPO: training budget p ~ U[lo, hi]"})
-    answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout"})
+    em_weight: float = field(default=0.0, metadata={
+        "help": "GRPO: weight of the decoded answer's exact-match score added to the gold answer's mean log-prob "
+                "(0: no decoding in a rollout)"})
+    answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout (em_weight > 0)"})
+    curve_every: int = field(default=10, metadata={"help": "GRPO: steps per point of the recorded reward curve"})
     rerank_share: float = field(default=0.25, metadata={
         "help": "stage 2: share of the steps that train page relevance (rerank) instead of answering"})
     curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
@@ -143,6 +147,9 @@ class TrainConfig:
         if self.docs < 2 or self.pages < 2:
             raise ValueError(f"need docs >= 2 and pages >= 2 to draw negatives, "
                              f"got docs={self.docs}, pages={self.pages}")
+        if self.em_weight < 0 or self.curve_every < 1:
+            raise ValueError(f"need em_weight >= 0 and curve_every >= 1, got em_weight={self.em_weight}, "
+                             f"curve_every={self.curve_every}")
         if self.group < 2:
             raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
         if not 0.0 <= self.rerank_share <= 1.0:

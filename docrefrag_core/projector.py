@@ -1,11 +1,10 @@
-"""From page tokens to the decoder's input space.
+"""From page tokens to the decoder's input space: the compressed form of a chunk.
 
-- `ChunkProjector`: a chunk of k consecutive grid tokens -> one embedding (a 2-layer MLP from k*d
-  to the decoder's hidden size), the compressed form the reader feeds by default;
-- `TokenAligner`: one grid token -> one embedding, for the tokens of an expanded chunk.
-
-Both read tokens after the reader's LayerNorm (the encoder's alignment layer), so the text, visual
-and position parts of a token, which live on very different scales, reach the MLPs comparably.
+`ChunkProjector`: a chunk of k consecutive grid tokens -> one embedding (a 2-layer MLP from k*d to
+the decoder's hidden size). It reads tokens after the reader's LayerNorm (the encoder's alignment
+layer), so the text, visual and position parts of a token, which live on very different scales,
+reach the MLP comparably. An expanded chunk needs no projection: it is the decoder's own token
+embeddings of its region's words (`reader.DocRefragReader.build`).
 """
 
 from __future__ import annotations
@@ -28,17 +27,3 @@ class ChunkProjector(nn.Module):
         if chunks.shape[-2:] != (self.k, self.dim):
             raise ValueError(f"ChunkProjector expects (..., {self.k}, {self.dim}) chunks, got {tuple(chunks.shape)}")
         return self.net(chunks.flatten(-2))  # (..., k*d) -> (..., hidden)
-
-
-class TokenAligner(nn.Module):
-    def __init__(self, config: ReaderConfig) -> None:
-        super().__init__()
-        self.dim = config.token_dim
-        self.net = nn.Sequential(nn.Linear(config.token_dim, config.hidden), nn.GELU(),
-                                 nn.Linear(config.hidden, config.hidden))
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """(..., d) normalised tokens -> (..., hidden)."""
-        if tokens.shape[-1] != self.dim:
-            raise ValueError(f"TokenAligner expects (..., {self.dim}) tokens, got {tuple(tokens.shape)}")
-        return self.net(tokens)

@@ -5,18 +5,19 @@ The decoder's input is built in embedding space and fed through `inputs_embeds`:
     [ "Question: ..." | "Page 1:" c_1 c_2 e e e c_4 ... | "Page 2:" ... | suffix ]
 
 where each chunk of k consecutive grid tokens is one projected embedding `c_j` (`ChunkProjector`),
-unless the selector chose it. Read from a store (`regions` given), a chosen chunk is expanded
-natively, as in REFRAG: the decoder's own token embeddings of the words inside the chunk's region,
-in reading order (`e e e` above), which a frozen decoder reads without training; a chosen chunk
-with no words stays compressed, and chunks past `ReaderConfig.max_expanded_tokens` (in page order)
-too. Without regions (the synthetic training examples), a chosen chunk's k grid tokens appear in
-place, each through `TokenAligner`.
+unless the selector chose it: a chosen chunk is expanded natively, as in REFRAG, into the decoder's
+own token embeddings of the words inside the chunk's region, in reading order (`e e e` above), which
+a frozen decoder reads without training; a chosen chunk with no words stays compressed, and chunks
+past `ReaderConfig.max_expanded_tokens` (in page order) too. `build` is the one construction of this
+input: answering, training (losses and GRPO rollouts), reranking, the evaluations and the benchmark
+all call it, so what is trained is what answers.
 
 The decoder is any Hugging Face causal LM (default SmolLM2-135M-Instruct from the cached weights)
 with LoRA adapters on its attention projections (peft); its weights are loaded once per process
 and it decodes with the chat model's token loop (`decoding`). The same reader answers (greedy
-decoding with a token bound; the expanded chunks become region citations) and reranks pages (the
-probability of "Yes" over each page's compressed chunks, all pages in one batch).
+decoding with a token bound; the expanded chunks become region citations), reranks pages (the
+probability of "Yes" over each page's compressed chunks, all pages in one batch) and scores a gold
+answer (its mean token log-probability: the selector's GRPO reward, docs/decisions/selector.md).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from docrefrag.core.chunking import region_words
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.decoding import load_causal_lm, shared_weights_copy, token_steps
-from docrefrag.core.projector import ChunkProjector, TokenAligner
+from docrefrag.core.projector import ChunkProjector
 from docrefrag.core.selector import ChunkSelector, Selector, budget
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class Sequence:
     page: torch.Tensor  # (S,) page index, -1 for text
     chunk: torch.Tensor  # (S,) chunk index within its page, -1 for text
     slot: torch.Tensor  # (S,) token within an expanded chunk, -1 for a compressed chunk or text
+    expanded: torch.Tensor  # (n, L) bool: the chunks expanded (the selection less `native_mask`'s drops)
 
 
 @dataclass
@@ -85,7 +88,6 @@ class DocRefragReader(nn.Module):
         self.decoder_path: str | None = None  # the decoder's directory when it is not the default (load_reader)
         self.norm = nn.LayerNorm(config.token_dim)
         self.projector = ChunkProjector(config)
-        self.aligner = TokenAligner(config)
         self.selector = ChunkSelector(config)
         decoder = shared_weights_copy(decoder)
         for p in decoder.parameters():
@@ -123,6 +125,11 @@ class DocRefragReader(nn.Module):
         ids = self.tokenizer([" " + " ".join(words) for words in regions], add_special_tokens=False)["input_ids"]
         return [row if words else [] for row, words in zip(ids, regions, strict=True)]  # one batched call per page
 
+    def page_regions(self, pages: list[Any], grid: int) -> list[list[list[int]]]:
+        """Per page (records with `.words`, `.width`, `.height`: a store's `PageRecord`, a `PageInput`),
+        per chunk of its `grid x grid` layout: the token ids of the words in the chunk's region."""
+        return [self.region_ids(region_words(p.words, p.width, p.height, grid, self.config.k)) for p in pages]
+
     def native_mask(self, expand: torch.Tensor, regions: list[list[list[int]]]) -> torch.Tensor:
         """The selection (n, L) less the chunks without words and those past the expanded-token cap
         (taken in page order)."""
@@ -136,43 +143,18 @@ class DocRefragReader(nn.Module):
                 spent += size
         return keep
 
-    def build(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, suffix: str,
-              regions: list[list[list[int]]] | None = None) -> Sequence:
-        """chunks (n, L, k, d), expand (n, L) bool -> the decoder input for one question. With
-        `regions` (per page, per chunk: token ids, see `region_ids`) the expanded chunks are their
-        regions' token embeddings; without, their k tokens through the aligner."""
-        if regions is not None:
-            return self._build_native(question, chunks, expand, suffix, regions)
-        n, L, k, _ = chunks.shape
-        dev = chunks.device
-        expand = expand.to(dev)
-        comp = self.projector(chunks)  # (n, L, hidden)
-        values = comp.unsqueeze(2).expand(n, L, k, comp.shape[-1]).clone()  # (n, L, k, hidden)
-        values[expand] = self.aligner(chunks[expand])  # (E, k, hidden) in place of their chunks
-        keep = expand.unsqueeze(-1).expand(n, L, k).clone()  # (n, L, k)
-        keep[..., 0] = True
-        slot = torch.arange(k, device=dev).expand(n, L, k).masked_fill(~expand.unsqueeze(-1), -1)  # (n, L, k)
-        chunk = torch.arange(L, device=dev).unsqueeze(-1).expand(L, k)  # (L, k)
-        text = lambda size: torch.full((size,), -1, device=dev)  # noqa: E731
-        parts, pages, chunk_ids, slots = [self.text_embeds(f"Question: {question}\n")], [], [], []
-        for i in range(n):
-            sep = self.text_embeds(f"Page {i + 1}:")
-            parts += [sep, values[i][keep[i]]]  # (t, hidden), (L + (k-1)*E_i, hidden)
-            count = int(keep[i].sum())
-            pages += [text(sep.shape[0]), torch.full((count,), i, device=dev)]
-            chunk_ids += [text(sep.shape[0]), chunk[keep[i]]]
-            slots += [text(sep.shape[0]), slot[i][keep[i]]]
-        parts.append(self.text_embeds(suffix))
-        head, tail = parts[0].shape[0], parts[-1].shape[0]
-        return Sequence(torch.cat(parts), torch.cat([text(head), *pages, text(tail)]),
-                        torch.cat([text(head), *chunk_ids, text(tail)]), torch.cat([text(head), *slots, text(tail)]))
-
-    def _build_native(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, suffix: str,
-                      regions: list[list[list[int]]]) -> Sequence:
+    def build(self, question: str, chunks: torch.Tensor, expand: torch.Tensor, regions: list[list[list[int]]],
+              suffix: str) -> Sequence:
+        """The decoder input for one question, the one build of every reading (answering, training
+        rollouts and losses, reranking, evaluation, benchmarks): chunks (n, L, k, d), expand (n, L) bool,
+        regions (per page, per chunk: the token ids of the region's words, `region_ids`). A chosen chunk
+        is its region's token embeddings (`native_mask` drops the chunks without words and those past the
+        cap: they stay compressed); every other chunk is its one projected embedding."""
         n, L = chunks.shape[:2]
         dev = chunks.device
         if len(regions) != n or any(len(r) != L for r in regions):
             raise ValueError(f"regions must hold {L} token-id lists for each of the {n} pages")
+        expand = self.native_mask(expand.cpu(), regions)
         comp = self.projector(chunks)  # (n, L, hidden)
         table = self.decoder.get_input_embeddings()
         parts = [self.text_embeds(f"Question: {question}\n")]
@@ -182,8 +164,8 @@ class DocRefragReader(nn.Module):
             parts.append(sep)
             labels += [(-1, -1, -1)] * sep.shape[0]
             for j in range(L):
-                ids = regions[i][j]
-                if expand[i, j] and ids:
+                if expand[i, j]:
+                    ids = regions[i][j]
                     parts.append(table(torch.tensor(ids, device=dev)).to(comp.dtype))  # (t_ij, hidden)
                     labels += [(i, j, s) for s in range(len(ids))]
                 else:
@@ -192,7 +174,7 @@ class DocRefragReader(nn.Module):
         parts.append(self.text_embeds(suffix))
         labels += [(-1, -1, -1)] * parts[-1].shape[0]
         page, chunk, slot = torch.tensor(labels, device=dev).T  # (3, S)
-        return Sequence(torch.cat(parts), page, chunk, slot)
+        return Sequence(torch.cat(parts), page, chunk, slot, expand)
 
     def question_vector(self, question: str) -> torch.Tensor:
         device = self.norm.weight.device
@@ -210,19 +192,17 @@ class DocRefragReader(nn.Module):
     # ------------------------------------------------------------------ reading
 
     @torch.no_grad()
-    def answer(self, question: str, tokens: torch.Tensor, p: float | None = None, selector: Selector | None = None,
-               max_new_tokens: int | None = None, stop: bool = True,
-               regions: list[list[list[int]]] | None = None) -> ReaderOutput:
-        """Read the pages' tokens (n, m, d) and decode a short answer greedily (with `regions`, the
-        chosen chunks are expanded natively; see `build`)."""
+    def answer(self, question: str, tokens: torch.Tensor, regions: list[list[list[int]]], p: float | None = None,
+               selector: Selector | None = None, max_new_tokens: int | None = None,
+               stop: bool = True) -> ReaderOutput:
+        """Read the pages' tokens (n, m, d), the chosen chunks expanded into their regions' words
+        (`regions`, see `build`), and decode a short answer greedily."""
         start = time.perf_counter()
         chunks = self.chunks(tokens)
         expand = self.select(question, chunks, self.config.p if p is None else p, selector)
-        if regions is not None:
-            expand = self.native_mask(expand, regions)
-        seq = self.build(question, chunks, expand, ANSWER_SUFFIX, regions)
+        seq = self.build(question, chunks, expand, regions, ANSWER_SUFFIX)
         ids, ttft, tpot = self.decode(seq.embeds, max_new_tokens or self.config.max_new_tokens, start, stop)
-        expanded = [(int(i), int(j)) for i, j in expand.nonzero().tolist()]
+        expanded = [(int(i), int(j)) for i, j in seq.expanded.nonzero().tolist()]
         return ReaderOutput(self.tokenizer.decode(ids, skip_special_tokens=True).strip(), expanded,
                             seq.embeds.shape[0], len(ids), ttft, tpot)
 
@@ -259,8 +239,9 @@ class DocRefragReader(nn.Module):
     def yes_logits(self, question: str, tokens: torch.Tensor) -> torch.Tensor:
         """(n,) log-odds of "Yes" against "No" for each page read alone, compressed, in one batch."""
         chunks = self.chunks(tokens)  # (n, L, k, d)
-        none = torch.zeros(chunks.shape[:2], dtype=torch.bool, device=chunks.device)
-        embeds = torch.stack([self.build(question, chunks[i:i + 1], none[i:i + 1], RERANK_SUFFIX).embeds
+        L = chunks.shape[1]
+        none, no_words = torch.zeros(1, L, dtype=torch.bool), [[[]] * L]
+        embeds = torch.stack([self.build(question, chunks[i:i + 1], none, no_words, RERANK_SUFFIX).embeds
                               for i in range(chunks.shape[0])])  # (n, S, hidden): same length for every page
         logits = self.decoder(inputs_embeds=embeds, logits_to_keep=1).logits[:, -1]  # (n, vocab)
         yes, no = self.yes_no
@@ -273,21 +254,29 @@ class DocRefragReader(nn.Module):
                   for i in range(0, tokens.shape[0], batch)]
         return torch.cat(scores).tolist() if scores else []
 
-    def answer_loss(self, question: str, tokens: torch.Tensor, expand: torch.Tensor, target: str,
-                    suffix: str = ANSWER_SUFFIX) -> torch.Tensor:
-        """Teacher-forced cross-entropy of `target` after the built input (training)."""
-        seq = self.build(question, self.chunks(tokens), expand, suffix)
-        eos = self.tokenizer.eos_token_id
-        target_ids = torch.tensor(self.tokenizer(" " + target, add_special_tokens=False)["input_ids"] + [eos],
-                                  device=seq.embeds.device)
-        embeds = torch.cat([seq.embeds, self.decoder.get_input_embeddings()(target_ids[:-1])])  # (S + t - 1, hidden)
-        logits = self.decoder(inputs_embeds=embeds[None], logits_to_keep=target_ids.numel()).logits[0]  # (t, vocab)
-        return nn.functional.cross_entropy(logits, target_ids)
+    def answer_log_probs(self, embeds: torch.Tensor, target: str, eos: bool) -> torch.Tensor:
+        """(t,) log-probabilities of the tokens of " " + `target` (and the end token with `eos`),
+        teacher-forced after the input (S, hidden): one forward pass."""
+        ids = self.tokenizer(" " + target, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor(ids + ([self.tokenizer.eos_token_id] if eos else []), device=embeds.device)  # (t,)
+        full = torch.cat([embeds, self.decoder.get_input_embeddings()(ids[:-1])])  # (S + t - 1, hidden)
+        logits = self.decoder(inputs_embeds=full[None], logits_to_keep=ids.numel()).logits[0]  # (t, vocab)
+        return logits.log_softmax(-1).gather(1, ids[:, None]).squeeze(1)  # (t,)
+
+    def answer_loss(self, question: str, tokens: torch.Tensor, expand: torch.Tensor, regions: list[list[list[int]]],
+                    target: str, suffix: str = ANSWER_SUFFIX) -> torch.Tensor:
+        """Teacher-forced cross-entropy of `target` and the end token after the built input (training)."""
+        seq = self.build(question, self.chunks(tokens), expand, regions, suffix)
+        return -self.answer_log_probs(seq.embeds, target, eos=True).mean()
+
+    def answer_reward(self, seq: Sequence, target: str) -> float:
+        """The GRPO reward of a built input: the mean log-probability of the gold answer's tokens."""
+        return float(self.answer_log_probs(seq.embeds, target, eos=False).mean())
 
     def trainable(self) -> dict[str, list[nn.Parameter]]:
         """The reader's trainable parameter groups (the decoder's own weights stay frozen)."""
         return {"norm": list(self.norm.parameters()), "projector": list(self.projector.parameters()),
-                "aligner": list(self.aligner.parameters()), "selector": list(self.selector.parameters()),
+                "selector": list(self.selector.parameters()),
                 "lora": [p for n, p in self.decoder.named_parameters() if "lora_" in n]}
 
 

@@ -1,13 +1,20 @@
-"""Training the Doc-REFRAG reader in three stages (`docrefrag train stage1|stage2|stage3|all`).
+"""Training the Doc-REFRAG reader in stages (`docrefrag train stage1|stage2|warmstart|stage3|all`).
 
-- stage 1, reconstruction: the decoder frozen (LoRA off); the token norm, the projector and the aligner
-  trained on text parsing and text localisation;
+- stage 1, reconstruction: the decoder frozen (LoRA off); the token norm and the projector trained on
+  text parsing and text localisation;
 - stage 2, continual pretraining: the same parts plus LoRA, on question answering over single page ->
   multi-page -> noisy DocLongRAG-style sequences with pseudo-label expansion (`train_data`), mixed
   with page-relevance examples so the same reader can rerank;
-- stage 3, GRPO: everything frozen but the selector, trained with `grpo` on 2-4-page sequences of the
-  evidence's document; reward = the trainer's `reward` function of the decoded answer (the face gives
-  the benchmark's own scorer), budget p ~ U[p_min, p_max].
+- warmstart: everything frozen but the selector, trained on the chunk labels of 2-4-page sequences of
+  the evidence's document (the chunks that hold the answer's words, `chunk_labels`): a listwise
+  cross-entropy, the labelled chunks as the target distribution of the selector's softmax;
+- stage 3, GRPO: the selector again, trained with `grpo` on the same sequences; reward = the frozen
+  reader's mean log-probability of the gold answer's tokens given the mixed sequence (teacher-forced,
+  one forward pass per rollout), plus `em_weight` times the trainer's `reward` function of the
+  decoded answer (the face gives the benchmark's own scorer), budget p ~ U[p_min, p_max].
+
+Every reading goes through `DocRefragReader.build` with the pages' region words (`Trainer.build`), as
+`ask` does: a chosen chunk is expanded into the decoder's own embeddings of its words.
 
 The corpus is indexed by the `open_index` factory given to the trainer (the face gives
 `docrefrag.indexes.corpus.CorpusIndex`): this layer imports neither the indexes nor the evaluation.
@@ -45,7 +52,7 @@ from docrefrag.core.train_data import Corpus, Example, ExampleSampler, build_cor
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("stage1", "stage2", "stage3")
+STAGES = ("stage1", "stage2", "warmstart", "stage3")
 Reward = Callable[[str, str, str], float]  # (ground truth, decoded answer, answer format) -> score in [0, 1]
 
 
@@ -65,8 +72,8 @@ IndexFactory = Callable[[Path, Any, bool], TrainingCorpus]  # (store folder, tex
 
 def is_trained_in(stage: str, name: str) -> bool:
     """Whether the reader's parameter `name` is trained in `stage` (the decoder's own weights never are)."""
-    parts = ("norm.", "projector.", "aligner.")
-    if stage == "stage3":
+    parts = ("norm.", "projector.")
+    if stage in ("warmstart", "stage3"):
         return name.startswith("selector.")
     return name.startswith(parts) or (stage == "stage2" and "lora_" in name)
 
@@ -122,7 +129,8 @@ class Trainer:
     def reader(self, stage: str):
         from docrefrag.core.reader import load_reader
 
-        init = self.config.init or {"stage1": "none", "stage2": "stage1", "stage3": "stage2"}[stage]
+        init = self.config.init or {"stage1": "none", "stage2": "stage1", "warmstart": "stage2",
+                                    "stage3": "warmstart"}[stage]
         checkpoint = None if init == "none" else checkpoint_path(self.config, init)
         if checkpoint is not None and not checkpoint.is_dir():
             raise FileNotFoundError(f"{stage} starts from {init}'s checkpoint, but {checkpoint} does not exist; "
@@ -138,12 +146,24 @@ class Trainer:
         return torch.from_numpy(np.stack([self.corpus.tokens[k] for k in pages]).astype(np.float32)).to(
             self.config.device)
 
-    def expand_mask(self, ex: Example, n: int) -> torch.Tensor:
+    def regions(self, reader, pages: list[tuple[str, int]]) -> list[list[list[int]]]:
+        return reader.page_regions([self.corpus.records[k] for k in pages], self.config.examples.grid)
+
+    def mask(self, chunks: list[tuple[int, int]], n: int) -> torch.Tensor:
+        """(n, L) bool of the (page index, chunk) pairs `chunks`."""
         L = self.config.examples.grid ** 2 // self.config.examples.k
         mask = torch.zeros(n, L, dtype=torch.bool)
-        for i, j in ex.expand:
+        for i, j in chunks:
             mask[i, j] = True
         return mask.to(self.config.device)
+
+    def build(self, reader, ex: Example, expand: torch.Tensor):
+        """The reader's input for `ex` with the chunks `expand` (n, L) expanded: `ask`'s build
+        (`DocRefragReader.build` over the pages' stored tokens and region words)."""
+        from docrefrag.core.reader import ANSWER_SUFFIX
+
+        return reader.build(ex.prompt, reader.chunks(self.tokens(ex.pages)), expand, self.regions(reader, ex.pages),
+                            ANSWER_SUFFIX)
 
     # -------------------------------------------------------------- losses
 
@@ -160,9 +180,9 @@ class Trainer:
             if not self.config.curriculum:
                 return s.qa(step, "noisy")
             return s.qa(step, ("single", "multi", "noisy")[min(2, int(3 * progress))])
-        return s.qa(step, "multi")
+        return s.labelled_qa(step, "multi")
 
-    def supervised_loss(self, reader, ex: Example) -> torch.Tensor:
+    def supervised_loss(self, reader, ex: Example, stage: str) -> torch.Tensor:
         tokens = self.tokens(ex.pages)
         if ex.kind == "rerank":  # the evidence page first: Yes for it, No for the others, and it ranks first
             logits = reader.yes_logits(ex.prompt, tokens)  # (n,)
@@ -170,17 +190,20 @@ class Trainer:
             target[0] = 1.0
             return (torch.nn.functional.binary_cross_entropy_with_logits(logits, target)
                     + torch.nn.functional.cross_entropy(logits[None], target[None].argmax(-1)))
-        return reader.answer_loss(ex.prompt, tokens, self.expand_mask(ex, len(ex.pages)), ex.target)
+        if ex.kind == "qa" and stage == "warmstart":  # listwise: the labelled chunks share the target mass
+            logits = reader.selector(reader.question_vector(ex.prompt), reader.chunks(tokens).flatten(0, 1))  # (N,)
+            return -logits.log_softmax(0)[self.mask(ex.labels, len(ex.pages)).flatten()].mean()
+        return reader.answer_loss(ex.prompt, tokens, self.mask(ex.expand, len(ex.pages)),
+                                  self.regions(reader, ex.pages), ex.target)
 
     def grpo_step(self, reader, reference, ex: Example, rng: random.Random,
                   generator: torch.Generator) -> tuple[torch.Tensor, float]:
-        from docrefrag.core.reader import ANSWER_SUFFIX
-
+        """One group of `config.group` sampled selections of `ex`'s chunks: (GRPO loss, mean reward)."""
         cfg = self.config
         with torch.no_grad():
             chunks = reader.chunks(self.tokens(ex.pages))  # (n, L, k, d)
         n, L = chunks.shape[:2]
-        flat = chunks.reshape(n * L, *chunks.shape[2:])
+        flat = chunks.reshape(n * L, *chunks.shape[2:])  # (N, k, d)
         question = reader.question_vector(ex.prompt)
         logits = reader.selector(question, flat)  # (N,)
         with torch.no_grad():
@@ -188,19 +211,24 @@ class Trainer:
         T = max(1, budget(rng.uniform(*cfg.p_range), n, L))
         selections = [sample_selection(logits, T, generator) for _ in range(cfg.group)]
         with torch.no_grad():
-            embeds = []
-            for sel in selections:
-                mask = torch.zeros(n * L, dtype=torch.bool, device=flat.device)
-                mask[sel] = True
-                embeds.append(reader.build(ex.prompt, chunks, mask.reshape(n, L), ANSWER_SUFFIX).embeds)
-            rows, _, _ = reader.decode_batch(torch.stack(embeds), cfg.answer_tokens, time.perf_counter())
-        answers = [reader.tokenizer.decode(r, skip_special_tokens=True).strip() for r in rows]
-        rewards = torch.tensor([self.reward(ex.target, a, ex.answer_format) for a in answers])
+            rewards = torch.tensor([self.rollout_reward(reader, ex, self.mask([divmod(int(c), L) for c in sel], n))
+                                    for sel in selections])  # (G,)
         log_p = torch.stack([selection_log_prob(logits, s) for s in selections])  # (G,)
         log_ref = torch.stack([selection_log_prob(ref_logits, s) for s in selections])  # (G,)
         loss = grpo_loss(log_p, log_p.detach(), log_ref, group_advantages(rewards).to(log_p.device),
                          cfg.clip_eps, cfg.beta)
         return loss, float(rewards.mean())
+
+    def rollout_reward(self, reader, ex: Example, expand: torch.Tensor) -> float:
+        """The reward of reading `ex` with `expand` (n, L): the gold answer's mean token log-probability,
+        plus `em_weight` times the scorer's mark of the greedily decoded answer."""
+        seq = self.build(reader, ex, expand)
+        reward = reader.answer_reward(seq, ex.target)
+        if self.config.em_weight:
+            ids, _, _ = reader.decode(seq.embeds, self.config.answer_tokens, time.perf_counter(), True)
+            answer = reader.tokenizer.decode(ids, skip_special_tokens=True).strip()
+            reward += self.config.em_weight * self.reward(ex.target, answer, ex.answer_format)
+        return reward
 
     # -------------------------------------------------------------- the loop
 
@@ -220,7 +248,9 @@ class Trainer:
                            "examples": asdict(cfg.examples), "curriculum": cfg.curriculum, "init": cfg.init},
                   "command": command, "segments": segments, "lr": lr, "device": cfg.device}
         if stage == "stage3":
-            record.update(group=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, p_range=list(cfg.p_range))
+            record.update(group=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, p_range=list(cfg.p_range),
+                          reward=f"mean log-prob of the gold answer + {cfg.em_weight} x exact match",
+                          reward_curve=reward_curve(stage_dir(cfg, stage) / "log.jsonl", cfg.curve_every))
         return save_checkpoint(reader, checkpoint_path(cfg, stage), self.encoder.encoder_id, [*prior, record])
 
     def fit(self, stage: str, reader, command: str = "") -> tuple[int, float, float, list[dict]]:
@@ -268,7 +298,7 @@ class Trainer:
                     loss, reward = self.grpo_step(reader, reference, ex, random.Random(f"{cfg.seed}|p|{step}"),
                                                   generator)
                 else:
-                    loss = self.supervised_loss(reader, ex)
+                    loss = self.supervised_loss(reader, ex, stage)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -303,6 +333,13 @@ class Trainer:
         tmp = path.with_suffix(".tmp")
         torch.save(state, tmp)
         os.replace(tmp, path)
+
+
+def reward_curve(log: Path, every: int) -> list[list[float]]:
+    """[last step, mean reward] of each run of `every` GRPO steps in a stage's log (the last run may be shorter)."""
+    rewards = [(r["step"], r["reward"]) for r in map(json.loads, log.read_text().splitlines()) if "reward" in r]
+    runs = [rewards[i:i + every] for i in range(0, len(rewards), every)]
+    return [[run[-1][0], round(float(np.mean([r for _, r in run])), 4)] for run in runs]
 
 
 def _read_config(checkpoint: Path) -> dict:

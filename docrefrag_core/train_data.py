@@ -12,7 +12,9 @@ Examples (each a prompt over a list of pages, a target text, and pseudo-label ch
   ("multi"), or among hard negatives from the whole corpus ("noisy", `longrag.build_sequence`);
   the pseudo-labels are the chunks that overlap the evidence region (the geometric mapping
   `chunking.chunk_box`), most covered first, up to 20% of the sequence's chunks;
-  on noisy sequences 10% plus as many random chunks of other pages;
+  on noisy sequences 10% plus as many random chunks of other pages; a QA example also carries its
+  chunk labels, the chunks whose region holds the answer's words (`chunk_labels`), the selector's
+  warm-start targets (`labelled_qa` draws examples that have some);
 - `rerank`: a question with its evidence page and pages without it (other pages of its document,
   hard negatives from the corpus), each read alone: "Yes" for the first, "No" for the others.
 """
@@ -23,18 +25,29 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from docrefrag.core.chunking import box_overlap, chunk_box
+from docrefrag.core.chunk_labels import label_chunks
+from docrefrag.core.chunking import box_overlap, chunk_box, region_words
 from docrefrag.core.config import ExampleConfig
 from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
+from docrefrag.core.page import Word
 from docrefrag.core.synthetic import SyntheticDoc
 from docrefrag.core.synthetic_training import training_document
 
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, int]  # (doc_id, 1-based page)
+
+
+class PageWords(Protocol):
+    """What the examples need of a stored page (`docrefrag.indexes.catalog.PageRecord` has it)."""
+
+    width: float
+    height: float
+    words: list[Word]
 
 
 @dataclass
@@ -45,16 +58,17 @@ class Example:
     target: str
     answer_format: str = "Str"
     expand: list[tuple[int, int]] = field(default_factory=list)  # (page index, chunk) pseudo-labels
+    labels: list[tuple[int, int]] = field(default_factory=list)  # (page index, chunk) holding the answer (qa)
 
 
 @dataclass
 class Corpus:
-    """Synthetic documents with their store ids, and page tokens loaded once."""
+    """Synthetic documents with their store ids, and page tokens and words loaded once."""
 
     docs: list[SyntheticDoc]
     doc_ids: list[str]
     tokens: dict[Key, np.ndarray]  # (m, d) float16 per page
-    sizes: dict[Key, tuple[float, float]]  # page width, height in points
+    records: dict[Key, PageWords]  # the store's page: size in points, words with boxes
 
     @property
     def keys(self) -> list[Key]:
@@ -76,13 +90,9 @@ def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpu
         if r.doc_id is None or r.failed_pages:
             raise RuntimeError(f"ingesting training document {d.path} failed: {r.message}")
         doc_ids.append(r.doc_id)
-    tokens, sizes = {}, {}
-    for doc_id, d in zip(doc_ids, synthetic, strict=True):
-        for n in range(1, len(d.pages) + 1):
-            tokens[(doc_id, n)] = store.page_tokens(doc_id, n).tokens.astype(np.float16)
-            page = store.page(doc_id, n)
-            sizes[(doc_id, n)] = (page.width, page.height)
-    return Corpus(synthetic, doc_ids, tokens, sizes)
+    keys = [(doc_id, n) for doc_id, d in zip(doc_ids, synthetic, strict=True) for n in range(1, len(d.pages) + 1)]
+    return Corpus(synthetic, doc_ids, {key: store.page_tokens(*key).tokens.astype(np.float16) for key in keys},
+                  {key: store.page(*key) for key in keys})
 
 
 class ExampleSampler:
@@ -110,15 +120,17 @@ class ExampleSampler:
         rng = self.rng(step, "locate")
         key = rng.choice(self.corpus.keys)
         region = rng.choice([r for r in self.truths[key].regions if r.text.strip()])
-        w, h = self.corpus.sizes[key]
+        w, h = self.corpus.records[key].width, self.corpus.records[key].height
         x0, y0, x1, y1 = region.bbox
         box = f"{100 * x0 / w:.0f} {100 * y0 / h:.0f} {100 * x1 / w:.0f} {100 * y1 / h:.0f}"
         return Example("locate", f"Read the text in the box {box}.", [key],
                        cut_text(region.text, self.config.target_chars),
                        expand=self.pseudo_labels([key], 0, region.bbox, self.config.expand_p))
 
-    def qa(self, step: int, level: str) -> Example:
-        rng = self.rng(step, f"qa-{level}")
+    def qa(self, step: int, level: str, attempt: int = 0) -> Example:
+        """A question over pages of `level` (see the module docstring); `attempt` > 0 draws another
+        example for the same step (`labelled_qa`)."""
+        rng = self.rng(step, f"qa-{level}" + (f"-{attempt}" if attempt else ""))
         doc_id, q = rng.choice(self.questions)
         evidence = (doc_id, q.page)
         if level == "single":
@@ -137,7 +149,24 @@ class ExampleSampler:
         expand = self.pseudo_labels(pages, pages.index(evidence), q.bbox, p)
         if level == "noisy":
             expand = self._add_random(expand, pages, pages.index(evidence), rng)
-        return Example("qa", q.question, pages, q.answer, q.answer_format, expand)
+        labels = self.labels(pages, q.question, q.answer)
+        return Example("qa", q.question, pages, q.answer, q.answer_format, expand, labels)
+
+    def labelled_qa(self, step: int, level: str, attempts: int = 20) -> Example:
+        """The first of `step`'s QA draws with at least one labelled chunk (an answer whose words the
+        pages' text layer holds: not a chart's bar heights, say)."""
+        for attempt in range(attempts):
+            ex = self.qa(step, level, attempt)
+            if ex.labels:
+                return ex
+        raise RuntimeError(f"no labelled chunk in {attempts} QA draws of step {step}: the corpus's answers are not "
+                           "in its pages' words; check that its documents ingested with a text layer")
+
+    def labels(self, pages: list[Key], question: str, answer: str) -> list[tuple[int, int]]:
+        """The chunks of `pages` that hold the answer (`chunk_labels.label_chunks`)."""
+        g, k = self.config.grid, self.config.k
+        regions = [region_words(r.words, r.width, r.height, g, k) for r in (self.corpus.records[p] for p in pages)]
+        return label_chunks(regions, question, answer, g, k)
 
     def rerank(self, step: int) -> Example:
         """A question with its evidence page first, then up to `rerank_pages - 1` pages that do not hold
@@ -160,7 +189,7 @@ class ExampleSampler:
         """The evidence page's chunks that overlap its region, most-covered first, up to floor(p * n * L)."""
         k, g = self.config.k, self.config.grid
         L = g * g // k
-        w, h = self.corpus.sizes[pages[evidence]]
+        w, h = self.corpus.records[pages[evidence]].width, self.corpus.records[pages[evidence]].height
         cover = [box_overlap(chunk_box(j, k, g, w, h), bbox) for j in range(L)]
         ranked = [j for j in sorted(range(L), key=lambda j: -cover[j]) if cover[j] > 0]
         return [(evidence, j) for j in sorted(ranked[: int(p * len(pages) * L)])]

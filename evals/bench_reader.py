@@ -3,17 +3,20 @@ reader in its modes, in one process on the same pages and question.
 
     docrefrag bench reader --pages 20 [--json] [--store DIR --doc ID]
 
-Modes: `full` (every grid token fed, aligned one by one: m per page), `compressed` (one embedding
-per chunk: m/k per page) and `selective` (compressed, with the selector's top floor(p*n*L) chunks
-expanded in place). Without `--store` the pages are generated (a synthetic report, parsed and
-encoded by the default encoder), so the benchmark runs on a fresh install. The time to first token
+Modes: `full` (every chunk expanded into its region's words, uncapped: the pages' whole text in the
+decoder's own tokens), `compressed` (one embedding per chunk: m/k per page) and `selective`
+(compressed, with the selector's top floor(p*n*L) chunks expanded into their words, as `ask` reads).
+Every mode builds its input through `DocRefragReader.build`. Without `--store` the pages are
+generated (a synthetic report, parsed and encoded by the default encoder), so the benchmark runs on
+a fresh install. The time to first token
 counts everything from the page tokens to the first decoded token: selection, building the input
 and the decoder's prefill. Output tokens are forced (no stop) so every mode decodes the same count.
-For k other than the checkpoint's, the projector/aligner/selector are untrained (timing only).
+For k other than the checkpoint's, the projector and selector are untrained (timing only).
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -29,29 +32,46 @@ from docrefrag.evals.measure import PeakRSS, machine
 QUESTION = "How many megawatts of solar capacity did the North region report, and in which year?"
 
 
-def generated_pages(n: int) -> np.ndarray:
-    """(n, m, d) tokens of an n-page synthetic report, parsed and encoded as at ingest."""
+def pdf_pages(pdf: Path) -> tuple[np.ndarray, list]:
+    """(n, m, d) tokens of every page of a PDF, parsed and encoded by the default encoder as at ingest,
+    and its pages (`PageInput`: size and words), without a store."""
     from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.indexes.pages import DocSource, PageParser, inspect_source
+
+    encoder = default_encoder()
+    source = DocSource("pdf", Path(pdf))
+    parser = PageParser(source)
+    try:
+        pages = [parser.parse(i).to_input() for i in range(inspect_source(source)[0])]
+    finally:
+        parser.close()
+    return np.stack([encoder.encode(page).tokens for page in pages]), pages
+
+
+def generated_pages(n: int) -> tuple[np.ndarray, list]:
+    """The tokens and pages (`pdf_pages`) of an n-page synthetic report."""
     from docrefrag.core.synthetic_report import sample_report
-    from docrefrag.indexes.ingest import encode_document
 
     with tempfile.TemporaryDirectory() as tmp:
         pdf = Path(tmp) / "bench.pdf"
         sample_report(pdf, pages=n, seed=7)
-        return encode_document(pdf, default_encoder())
+        return pdf_pages(pdf)
 
 
-def stored_pages(store_dir: Path, doc_id: str, n: int) -> np.ndarray:
+def stored_pages(store_dir: Path, doc_id: str, n: int) -> tuple[np.ndarray, list]:
+    """(n, m, d) tokens of the document's first n pages and their records (size and words)."""
     from docrefrag.indexes.store import Store
 
     with Store(store_dir) as store:
         doc = store.find(store.resolve(doc_id))
         if doc.n_pages < n:
             raise ValueError(f"document {doc.doc_id} has {doc.n_pages} pages; pass --pages {doc.n_pages} or fewer")
-        return store.stacked_tokens([(doc.doc_id, i) for i in range(1, n + 1)])
+        keys = [(doc.doc_id, i) for i in range(1, n + 1)]
+        return store.stacked_tokens(keys), [store.page(*key) for key in keys]
 
 
-def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, checkpoint: Path | None) -> list[dict]:
+def run_bench(tokens: np.ndarray, records: list, ks: list[int], p: float, new_tokens: int,
+              checkpoint: Path | None) -> list[dict]:
     from docrefrag.core.checkpoint import checkpoint_reader_config, load_checkpoint
     from docrefrag.core.config import ReaderConfig
     from docrefrag.core.page_encoder import default_encoder
@@ -69,13 +89,17 @@ def run_bench(tokens: np.ndarray, ks: list[int], p: float, new_tokens: int, chec
         reader = DocRefragReader(decoder, tokenizer, config, encoder.embedder.embed_queries).eval()
         if checkpoint and base.k == k:
             load_checkpoint(reader, checkpoint, encoder.encoder_id)
+        grid = round(pages.shape[1] ** 0.5)
+        regions = reader.page_regions(records, grid)
         modes = ([("compressed", NoneSelector()), ("selective", None)]
                  + ([("full", AllSelector())] if k == ks[0] else []))
         # warm-up at full length: the first long prefill of a process pays for allocations and kernel set-up
-        reader.answer(QUESTION, pages, p=p, selector=NoneSelector(), max_new_tokens=2, stop=False)
+        reader.answer(QUESTION, pages, regions, p=p, selector=NoneSelector(), max_new_tokens=2, stop=False)
         for mode, selector in modes:
+            reader.config = replace(config, max_expanded_tokens=sys.maxsize) if mode == "full" else config
             with PeakRSS(interval=0.05) as rss:
-                out = reader.answer(QUESTION, pages, p=p, selector=selector, max_new_tokens=new_tokens, stop=False)
+                out = reader.answer(QUESTION, pages, regions, p=p, selector=selector, max_new_tokens=new_tokens,
+                                    stop=False)
             rows.append({"mode": mode, "k": None if mode == "full" else k, "p": p if mode == "selective" else None,
                          "pages": n, "tokens": out.input_tokens, "tokens_per_page": round(out.input_tokens / n, 1),
                          "ttft_s": round(out.ttft_s, 3), "tpot_s": round(out.tpot_s, 4),
@@ -100,8 +124,8 @@ def markdown(rows: list[dict]) -> str:
 def bench(pages: int, store: Path | None, doc: str | None, ks: list[int], p: float, new_tokens: int,
           checkpoint: Path | None) -> list[dict]:
     start = time.perf_counter()
-    tokens = stored_pages(store, doc, pages) if store else generated_pages(pages)
-    rows = run_bench(tokens, ks, p, new_tokens, checkpoint)
+    tokens, records = stored_pages(store, doc, pages) if store else generated_pages(pages)
+    rows = run_bench(tokens, records, ks, p, new_tokens, checkpoint)
     for r in rows:
         r["machine"] = f"{machine()}, {torch.get_num_threads()} torch threads, {date.today()}"
     rows[0]["setup_s"] = round(time.perf_counter() - start, 1)

@@ -4,6 +4,7 @@
     python -m docrefrag.evals.reader_evals training-tasks [--checkpoint DIR] [--limit N]
     python -m docrefrag.evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
     python -m docrefrag.evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
+    python -m docrefrag.evals.reader_evals recall [--checkpoint DIR] [--limit N]
 
 - reconstruction: held-out dense-text pages of 500-4,000 characters; the reader's reading of the page
   against the beginning of its text (ANLS, threshold 0.5, and normalised-Levenshtein similarity),
@@ -16,6 +17,12 @@
 - answer-loss: the gold answer's teacher-forced cross-entropy (nats per token) on the same sequences,
   per selector at p = 0.2, between "none" (all compressed) and "all" (all expanded): whether what the
   selector expands matters to the reader at all.
+- recall: held-out training-distribution sequences (2-4 pages of a document the training never saw,
+  `ExampleSampler.labelled_qa` on documents of other seeds): the share of the labelled chunks (those
+  holding the answer's words, `chunk_labels`) among the chunks each selector expands, at p in {0.1,
+  0.2, 0.3} (docs/decisions/selector.md).
+
+Every reading goes through `DocRefragReader.build` with the pages' region words, as `ask` reads.
 """
 
 from __future__ import annotations
@@ -40,11 +47,11 @@ HELD_OUT_SEED = 90_000
 PS = (0.1, 0.15, 0.2, 0.25, 0.3)
 
 
-def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 3, target_chars: int = 160,
+def reconstruction(reader, chars=(500, 1000, 2000, 4000), pages: int = 3, target_chars: int = 160,
                    new_tokens: int = 64) -> list[dict]:
     from docrefrag.core.synthetic_training import dense_text_page
     from docrefrag.core.train_data import cut_text
-    from docrefrag.indexes.ingest import encode_document
+    from docrefrag.evals.bench_reader import pdf_pages
 
     rows = []
     modes = {"compressed": NoneSelector(), "selective p=0.2": None, "all expanded": AllSelector()}
@@ -54,11 +61,12 @@ def reconstruction(reader, encoder, chars=(500, 1000, 2000, 4000), pages: int = 
             for s in range(pages):
                 pdf = Path(tmp) / f"dense-{c}-{s}.pdf"
                 truth = dense_text_page(pdf, c, seed=HELD_OUT_SEED + 10 * c + s)
-                tokens = torch.from_numpy(encode_document(pdf, encoder))
+                tokens, records = pdf_pages(pdf)
+                regions = reader.page_regions(records, round(tokens.shape[1] ** 0.5))
                 target = cut_text(truth.text, target_chars)
                 for mode, selector in modes.items():
-                    out = reader.answer("Read the text of the page.", tokens, p=0.2, selector=selector,
-                                        max_new_tokens=new_tokens)
+                    out = reader.answer("Read the text of the page.", torch.from_numpy(tokens), regions, p=0.2,
+                                        selector=selector, max_new_tokens=new_tokens)
                     pred = out.text[: len(target)]
                     scores[mode].append((anls(target, pred), similarity(target, pred)))
             for mode, values in scores.items():
@@ -72,13 +80,10 @@ def training_task_reconstruction(reader, trainer, n: int, new_tokens: int = 64) 
     """Stage 1's own tasks on `trainer`'s corpus (held-out seeds: pages of the training distribution the
     reader never saw): page parsing and box localisation, each with its training expansion (20% of the
     chunks at random; the box's chunks), `n` examples each, drawn past any step a run takes."""
-    from docrefrag.core.reader import ANSWER_SUFFIX
-
     scores: dict[str, list[tuple[float, float]]] = {"parse": [], "locate": []}
     for step in range(10**6, 10**6 + 2 * n):
         ex = trainer.sampler.parse(step) if step % 2 == 0 else trainer.sampler.locate(step)
-        seq = reader.build(ex.prompt, reader.chunks(trainer.tokens(ex.pages)), trainer.expand_mask(ex, len(ex.pages)),
-                           ANSWER_SUFFIX)
+        seq = trainer.build(reader, ex, trainer.mask(ex.expand, len(ex.pages)))
         ids, _, _ = reader.decode(seq.embeds, new_tokens, time.perf_counter(), True)
         pred = reader.tokenizer.decode(ids, skip_special_tokens=True).strip()[: len(ex.target)]
         scores[ex.kind].append((anls(ex.target, pred), similarity(ex.target, pred)))
@@ -86,8 +91,16 @@ def training_task_reconstruction(reader, trainer, n: int, new_tokens: int = 64) 
              "similarity": round(statistics.mean(b for _, b in v), 3)} for task, v in scores.items()]
 
 
-def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[dict]:
-    """`sequences`: NoisySequence-like (question, answer, answer_format, pages); `tokens_of(pages)` -> (n, m, d)."""
+def read_pages(reader, pages_of, keys: list) -> tuple[torch.Tensor, list[list[list[int]]]]:
+    """The (n, m, d) tokens and the region token ids of the pages `keys`; `pages_of(keys)` -> (tokens
+    (n, m, d), the pages' records with .words, .width, .height)."""
+    tokens, records = pages_of(keys)
+    tokens = torch.as_tensor(tokens)
+    return tokens, reader.page_regions(records, round(tokens.shape[1] ** 0.5))
+
+
+def selectors(reader, sequences: list, pages_of, ps=PS, seed: int = 0) -> list[dict]:
+    """`sequences`: NoisySequence-like (question, answer, answer_format, pages); `pages_of`: see `read_pages`."""
     choices = {"random": RandomSelector(seed), "similarity": SimilaritySelector(reader.config.question_dim),
                "trained (GRPO)": reader.selector}
     rows = []
@@ -95,7 +108,7 @@ def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[
         for name, selector in choices.items():
             scores, select_ms = [], []
             for seq in sequences:
-                tokens = tokens_of(seq.pages)
+                tokens, regions = read_pages(reader, pages_of, seq.pages)
                 chunks = reader.chunks(tokens)
                 flat = chunks.reshape(-1, *chunks.shape[2:])
                 question = reader.question_vector(seq.question)
@@ -103,7 +116,7 @@ def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[
                 start = time.perf_counter()
                 selector.choose(question, flat, T)
                 select_ms.append((time.perf_counter() - start) * 1000)
-                out = reader.answer(seq.question, tokens, p=p, selector=selector)
+                out = reader.answer(seq.question, tokens, regions, p=p, selector=selector)
                 scores.append(mmlongbench_score(seq.answer, out.text, seq.answer_format))
             rows.append({"p": p, "selector": name, "questions": len(sequences),
                          "accuracy": round(float(np.mean(scores)), 3),
@@ -111,7 +124,7 @@ def selectors(reader, sequences: list, tokens_of, ps=PS, seed: int = 0) -> list[
     return rows
 
 
-def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 0) -> list[dict]:
+def answer_loss(reader, sequences: list, pages_of, p: float = 0.2, seed: int = 0) -> list[dict]:
     """Cross-entropy of the gold answers per selector, in the same question order for every selector and
     checkpoint (paired comparisons; see the module docstring)."""
     choices = {"none": NoneSelector(), "random": RandomSelector(seed),
@@ -119,11 +132,11 @@ def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 
                "all": AllSelector()}
     losses: dict[str, list[float]] = {name: [] for name in choices}
     for seq in sequences:
-        tokens = tokens_of(seq.pages)
+        tokens, regions = read_pages(reader, pages_of, seq.pages)
         chunks = reader.chunks(tokens)
         for name, selector in choices.items():
             expand = reader.select(seq.question, chunks, p, selector)
-            losses[name].append(float(reader.answer_loss(seq.question, tokens, expand, seq.answer)))
+            losses[name].append(float(reader.answer_loss(seq.question, tokens, expand, regions, seq.answer)))
     base = np.array(losses["random"])
     rows = []
     for name, values in losses.items():
@@ -135,6 +148,32 @@ def answer_loss(reader, sequences: list, tokens_of, p: float = 0.2, seed: int = 
                      "minus_random_se": round(bootstrap_se(diff, seed), 4),
                      "per_question": [round(x, 4) for x in values]})
     return rows
+
+
+def recall(reader, examples: list, tokens_of, choices: dict, ps=(0.1, 0.2, 0.3)) -> list[dict]:
+    """Per p and selector: the mean share of each example's labelled chunks (`Example.labels`) among the
+    floor(p * n * L) chunks the selector expands; `tokens_of(pages)` -> (n, m, d)."""
+    rows = []
+    for p in ps:
+        for name, selector in choices.items():
+            shares = []
+            for ex in examples:
+                chosen = reader.select(ex.prompt, reader.chunks(tokens_of(ex.pages)), p, selector)  # (n, L)
+                shares.append(sum(bool(chosen[i, j]) for i, j in ex.labels) / len(ex.labels))
+            rows.append({"p": p, "selector": name, "examples": len(examples),
+                         "recall": round(float(np.mean(shares)), 3),
+                         "recall_se": round(float(np.std(shares) / np.sqrt(len(shares))), 3)})
+    return rows
+
+
+def heldout_trainer(work: Path, docs: int = 4, pages: int = 6):
+    """A `Trainer` over `docs` held-out training documents (seeds from HELD_OUT_SEED, never trained on)."""
+    from docrefrag.core.config import TrainConfig
+    from docrefrag.core.train import Trainer
+    from docrefrag.indexes.corpus import CorpusIndex
+
+    return Trainer(TrainConfig(out=work, docs=docs, pages=pages, seed=HELD_OUT_SEED), CorpusIndex, mmlongbench_score,
+                   show_progress=False)
 
 
 def synthetic_sequences(out: Path, docs: int, pages: int, questions: int, noisy_pages: tuple[int, int]):
@@ -191,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
 
     parser = argparse.ArgumentParser(prog="python -m docrefrag.evals.reader_evals")
-    parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss"])
+    parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss", "recall"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--mmlongbench", type=Path, default=None,
                         help="selectors on this dev-set folder (with --store)")
@@ -207,17 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     encoder = default_encoder()
     reader = load_reader(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
     if args.what == "reconstruction":
-        rows = reconstruction(reader, encoder)
-    elif args.what == "training-tasks":
-        from docrefrag.core.config import TrainConfig
-        from docrefrag.core.train import Trainer
-        from docrefrag.indexes.corpus import CorpusIndex
-
-        trainer = Trainer(TrainConfig(out=args.work / "heldout-training-tasks", docs=4, seed=HELD_OUT_SEED),
-                          CorpusIndex, mmlongbench_score, show_progress=False)
+        rows = reconstruction(reader)
+    elif args.what in ("training-tasks", "recall"):
+        trainer = heldout_trainer(args.work / f"heldout-{args.what}")
         try:
             with torch.no_grad():
-                rows = training_task_reconstruction(reader, trainer, args.limit)
+                if args.what == "training-tasks":
+                    rows = training_task_reconstruction(reader, trainer, args.limit)
+                else:
+                    examples = [trainer.sampler.labelled_qa(step, "multi") for step in range(args.limit)]
+                    rows = recall(reader, examples, trainer.tokens, {
+                        "random": RandomSelector(0), "similarity": SimilaritySelector(reader.config.question_dim),
+                        "trained": reader.selector})
         finally:
             trainer.close()
     else:
@@ -227,12 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             store, seqs = synthetic_sequences(args.work / "heldout", 6, 6, args.limit, tuple(args.noisy_pages))
 
-        def tokens_of(pages):
-            return torch.from_numpy(store.stacked_tokens(pages))
+        def pages_of(keys):
+            return store.stacked_tokens(keys), [store.page(*key) for key in keys]
 
         with torch.no_grad():
-            rows = (selectors(reader, seqs, tokens_of) if args.what == "selectors"
-                    else answer_loss(reader, seqs, tokens_of))
+            rows = (selectors(reader, seqs, pages_of) if args.what == "selectors"
+                    else answer_loss(reader, seqs, pages_of))
         store.close()
         if args.plot and args.what == "selectors":
             accuracy_by_budget(rows, args.plot, "MMLongBench-Doc" if args.mmlongbench else "held-out synthetic")

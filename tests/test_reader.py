@@ -1,5 +1,6 @@
 """The Doc-REFRAG reader on a tiny random Llama decoder (the real SmolLM2 tokenizer): shapes,
-budgets, in-place expansion, gradients, and the selectors behind one interface."""
+budgets, native expansion, the gold answer's log-probability, gradients, and the selectors behind
+one interface."""
 
 from __future__ import annotations
 
@@ -48,47 +49,42 @@ def pages(n: int, seed: int = 1) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).standard_normal((n, M, D)).astype(np.float32))
 
 
+def native_regions(reader, n: int) -> tuple[list[list[list[str]]], list[list[list[int]]]]:
+    """Words per chunk on n pages: every third chunk holds no words."""
+    L = M // reader.config.k
+    words = [[[] if j % 3 == 2 else [f"w{i}x{j}", "revenue", str(100 + j)] for j in range(L)] for i in range(n)]
+    return words, [reader.region_ids(page) for page in words]
+
+
 @pytest.mark.parametrize("k", [2, 3, 6])
 @pytest.mark.parametrize("n", [1, 4])
-def test_exactly_floor_p_n_l_chunks_expand_and_restore_their_tokens_in_place(tokenizer, k, n):
+def test_exactly_floor_p_n_l_chunks_are_chosen_and_those_with_words_expand_in_place(tokenizer, k, n):
     reader = tiny_reader(tokenizer, k=k)
-    tokens = pages(n)
-    chunks = reader.chunks(tokens)
+    chunks = reader.chunks(pages(n))
     L = M // k
     assert chunks.shape == (n, L, k, D)
     expand = reader.select("How many homes?", chunks, 0.2)
     assert expand.shape == (n, L) and int(expand.sum()) == math.floor(0.2 * n * L)
-    seq = reader.build("How many homes?", chunks, expand, ANSWER_SUFFIX)
-    E = int(expand.sum())
+    _, regions = native_regions(reader, n)
+    seq = reader.build("How many homes?", chunks, expand, regions, ANSWER_SUFFIX)
+    assert torch.equal(seq.expanded, expand & torch.tensor([[bool(r) for r in page] for page in regions]))
     text = int((seq.page < 0).sum())
-    assert seq.embeds.shape == (text + n * L + (k - 1) * E, 32)
-    with torch.no_grad():
-        normed = reader.norm(tokens)  # (n, M, D)
-        fine = reader.aligner(normed)  # (n, M, hidden)
-        comp = reader.projector(chunks)  # (n, L, hidden)
-    for i in range(n):
-        on_page = seq.page == i
-        # chunks appear in raster order, each once, expanded ones as their k tokens in order
-        assert seq.chunk[on_page].unique_consecutive().tolist() == list(range(L))
-        for j in range(L):
-            at = (on_page & (seq.chunk == j)).nonzero().squeeze(-1)
-            if expand[i, j]:
-                assert seq.slot[at].tolist() == list(range(k))
-                torch.testing.assert_close(seq.embeds[at], fine[i, j * k:(j + 1) * k])
-            else:
-                assert seq.slot[at].tolist() == [-1]
-                torch.testing.assert_close(seq.embeds[at[0]], comp[i, j])
+    assert seq.embeds.shape == (text + n * L + sum(len(regions[i][j]) - 1 for i, j in seq.expanded.nonzero()), 32)
+    for i in range(n):  # chunks appear in raster order, each once
+        assert seq.chunk[seq.page == i].unique_consecutive().tolist() == list(range(L))
 
 
 def test_full_and_compressed_modes_through_the_same_interface(tokenizer):
     reader = tiny_reader(tokenizer)
-    tokens = pages(2)
-    chunks = reader.chunks(tokens)
+    chunks = reader.chunks(pages(2))
+    _, regions = native_regions(reader, 2)
     full = reader.select("q", chunks, 0.2, AllSelector())
     none = reader.select("q", chunks, 0.2, NoneSelector())
     assert full.all() and not none.any()
-    assert reader.build("q", chunks, full, ANSWER_SUFFIX).embeds.shape[0] - \
-        reader.build("q", chunks, none, ANSWER_SUFFIX).embeds.shape[0] == 2 * M - 2 * (M // 3)
+    words = sum(len(ids) for page in regions for ids in page)
+    with_words = sum(bool(ids) for page in regions for ids in page)
+    assert reader.build("q", chunks, full, regions, ANSWER_SUFFIX).embeds.shape[0] - \
+        reader.build("q", chunks, none, regions, ANSWER_SUFFIX).embeds.shape[0] == words - with_words
     T = budget(0.2, 2, M // 3)
     for selector in (RandomSelector(3), SimilaritySelector(text_dim=Q)):
         assert int(reader.select("q", chunks, 0.2, selector).sum()) == T
@@ -105,11 +101,12 @@ def test_similarity_selector_picks_the_chunk_that_holds_the_question(tokenizer):
 
 def test_answer_decodes_greedily_within_the_bound_and_reports_its_expansions(tokenizer):
     reader = tiny_reader(tokenizer)
-    out = reader.answer("What is the value?", pages(3), max_new_tokens=5, stop=False)
+    _, regions = native_regions(reader, 3)
+    out = reader.answer("What is the value?", pages(3), regions, max_new_tokens=5, stop=False)
     assert out.output_tokens == 5 and out.ttft_s > 0
-    assert len(out.expanded) == budget(0.2, 3, M // 3)
-    assert all(0 <= i < 3 and 0 <= j < M // 3 for i, j in out.expanded)
-    again = reader.answer("What is the value?", pages(3), max_new_tokens=5, stop=False)
+    assert 0 < len(out.expanded) <= budget(0.2, 3, M // 3)
+    assert all(regions[i][j] for i, j in out.expanded)
+    again = reader.answer("What is the value?", pages(3), regions, max_new_tokens=5, stop=False)
     assert again.text == out.text  # greedy: deterministic
 
 
@@ -117,8 +114,9 @@ def test_a_batch_decodes_each_row_as_it_decodes_alone_and_stops_each_row_on_its_
     import time
 
     reader = tiny_reader(tokenizer)
+    no_words = [[[]] * (M // 3)] * 2
     with torch.no_grad():  # two rows of one length: the same question over other pages, compressed
-        embeds = torch.stack([reader.build("Which year?", c, torch.zeros(c.shape[:2], dtype=torch.bool),
+        embeds = torch.stack([reader.build("Which year?", c, torch.zeros(c.shape[:2], dtype=torch.bool), no_words,
                                            ANSWER_SUFFIX).embeds
                               for c in (reader.chunks(pages(2, seed=s)) for s in (1, 2))])
         start = time.perf_counter()
@@ -160,7 +158,7 @@ def test_relevance_is_a_probability_per_page_and_batches_agree(tokenizer):
     np.testing.assert_allclose(together, apart, rtol=1e-4, atol=1e-5)
 
 
-def test_gradients_reach_projector_aligner_selector_and_lora(tokenizer):
+def test_gradients_reach_projector_selector_and_lora(tokenizer):
     reader = tiny_reader(tokenizer)
     tokens = pages(2)
     chunks = reader.chunks(tokens)
@@ -170,7 +168,8 @@ def test_gradients_reach_projector_aligner_selector_and_lora(tokenizer):
             torch.nn.init.normal_(p, std=0.02)
     expand = reader.select("q", chunks, 0.3)
     assert expand.any()
-    loss = reader.answer_loss("How many?", tokens, expand, "42")
+    _, regions = native_regions(reader, 2)
+    loss = reader.answer_loss("How many?", tokens, expand, regions, "42")
     logits = reader.selector(reader.question_vector("How many?"), chunks.reshape(-1, 3, D))
     loss = loss + selection_log_prob(logits, sample_selection(logits, 4))
     loss.backward()
@@ -229,7 +228,7 @@ def test_a_checkpoint_round_trips_and_refuses_corruption_and_mismatches(tokenize
     tokens = pages(2)
     assert not torch.allclose(fresh.yes_logits("q", tokens), trained.yes_logits("q", tokens))
     load_checkpoint(fresh, path, "enc-a")
-    for part in ("norm", "projector", "aligner", "selector"):  # stored in float16, loaded into float32
+    for part in ("norm", "projector", "selector"):  # stored in float16, loaded into float32
         for (name, a), b in zip(getattr(fresh, part).named_parameters(), getattr(trained, part).parameters(),
                                 strict=True):
             assert torch.equal(a, b.half().float()), name
@@ -259,14 +258,21 @@ def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
     answer loss is a positive cross-entropy over every sequence."""
     from types import SimpleNamespace
 
+    from docrefrag.core.page import Word
     from docrefrag.evals.reader_evals import answer_loss, selectors
 
     reader = tiny_reader(tokenizer)
     seqs = [SimpleNamespace(question=f"How many units in row {i}?", answer=str(10 + i), answer_format="Int",
                             pages=[("d", 1), ("d", 2)]) for i in range(3)]
+    record = SimpleNamespace(width=60.0, height=60.0, words=[Word(f"units{c}", 10 * c + 1, 10 * r + 1, 10 * c + 9,
+                                                                  10 * r + 9, r) for r in range(6) for c in range(6)])
+
+    def pages_of(keys):  # a 6x6 grid of 60 x 60 pages, a word in every cell
+        return pages(len(keys)), [record] * len(keys)
+
     with torch.no_grad():
-        rows = selectors(reader, seqs, lambda keys: pages(len(keys)), ps=(0.1, 0.2))
-        loss = answer_loss(reader, seqs, lambda keys: pages(len(keys)))
+        rows = selectors(reader, seqs, pages_of, ps=(0.1, 0.2))
+        loss = answer_loss(reader, seqs, pages_of)
     assert [(r["p"], r["selector"]) for r in rows] == [(p, s) for p in (0.1, 0.2)
                                                        for s in ("random", "similarity", "trained (GRPO)")]
     assert all(r["questions"] == 3 and 0.0 <= r["accuracy"] <= 1.0 and r["select_ms_p50"] >= 0 for r in rows)
@@ -281,20 +287,13 @@ def test_reader_evaluations_run_on_noisy_sequences(tokenizer):
                                                   abs=2e-4)
 
 
-def native_regions(reader, n: int) -> tuple[list[list[list[str]]], list[list[list[int]]]]:
-    """Words per chunk on n pages: every third chunk holds no words."""
-    L = M // reader.config.k
-    words = [[[] if j % 3 == 2 else [f"w{i}x{j}", "revenue", str(100 + j)] for j in range(L)] for i in range(n)]
-    return words, [reader.region_ids(page) for page in words]
-
-
 def test_native_expansion_holds_the_decoders_own_embeddings_of_the_regions_words(tokenizer):
     reader = tiny_reader(tokenizer, k=3, p=0.5)
     tokens = pages(2)
     chunks = reader.chunks(tokens)
     words, regions = native_regions(reader, 2)
-    expand = reader.native_mask(reader.select("revenue?", chunks, 0.5), regions)
-    seq = reader.build("revenue?", chunks, expand, ANSWER_SUFFIX, regions)
+    seq = reader.build("revenue?", chunks, reader.select("revenue?", chunks, 0.5), regions, ANSWER_SUFFIX)
+    expand = seq.expanded
     table = reader.decoder.get_input_embeddings().weight
     comp = reader.projector(chunks)
     assert expand.any() and not expand.all()
@@ -327,7 +326,7 @@ def test_chunks_without_words_stay_compressed_and_the_token_cap_holds(tokenizer)
     assert 0 < spent <= cap
     first = capped.nonzero().tolist()  # page order: the first chunks with words are the ones kept
     assert first[0] == [0, 0]
-    out = reader.answer("revenue?", pages(2), p=1.0, max_new_tokens=3, regions=regions)
+    out = reader.answer("revenue?", pages(2), regions, p=1.0, max_new_tokens=3)
     assert sum(len(regions[i][j]) for i, j in out.expanded) <= cap
     assert all(regions[i][j] for i, j in out.expanded)
 
@@ -343,3 +342,43 @@ def test_region_words_follow_the_cells_of_the_word_centres_in_reading_order():
     assert len(regions) == 12
     assert regions[0] == ["b", "a"] and regions[1] == ["c"] and regions[11] == ["d"]
     assert sum(map(len, regions)) == 4
+
+
+def test_the_reward_is_the_gold_answers_mean_token_log_probability(tokenizer):
+    """Hand-computed: one decoder pass per answer token over the growing prefix, the log-softmax of the
+    token that comes next, averaged; the reward takes one teacher-forced pass."""
+    reader = tiny_reader(tokenizer).eval()
+    chunks = reader.chunks(pages(2))
+    _, regions = native_regions(reader, 2)
+    with torch.no_grad():
+        seq = reader.build("How much revenue?", chunks, reader.select("How much revenue?", chunks, 0.3), regions,
+                           ANSWER_SUFFIX)
+        ids = tokenizer(" 1,250 dollars", add_special_tokens=False)["input_ids"]
+        table = reader.decoder.get_input_embeddings()
+        prefix, logps = seq.embeds, []
+        for token in ids:
+            logits = reader.decoder(inputs_embeds=prefix[None]).logits[0, -1]  # (vocab,)
+            logps.append(float(torch.log_softmax(logits, -1)[token]))
+            prefix = torch.cat([prefix, table(torch.tensor([token]))])
+        reward = reader.answer_reward(seq, "1,250 dollars")
+        other = reader.answer_reward(reader.build("How much revenue?", chunks, torch.zeros(2, M // 3, dtype=torch.bool),
+                                                  regions, ANSWER_SUFFIX), "1,250 dollars")
+    assert len(ids) > 1
+    assert reward == pytest.approx(sum(logps) / len(logps), abs=1e-5)
+    assert reward < 0 and other != pytest.approx(reward, abs=1e-6)  # what is expanded changes the reward
+
+
+def test_the_shipped_checkpoint_loads_without_its_retired_aligner():
+    """A checkpoint saved before the token aligner was retired still holds its weights: they are not read."""
+    from safetensors import safe_open
+
+    from docrefrag.core.checkpoint import read_checkpoint_config
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
+
+    config = read_checkpoint_config(DEFAULT_CHECKPOINT)
+    reader = load_reader(DEFAULT_CHECKPOINT, embed_question=lambda texts: np.zeros((len(texts), 384)),
+                         encoder_id=config["encoder_id"])
+    with safe_open(DEFAULT_CHECKPOINT / "reader.safetensors", "pt") as f:
+        stored = {k: f.get_tensor(k) for k in f.keys() if k.startswith("selector.")}
+    assert stored and all(torch.equal(reader.get_parameter(k), v.float()) for k, v in stored.items())
+    assert "aligner" not in dict(reader.named_children())

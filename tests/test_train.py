@@ -4,7 +4,7 @@ change, every other one stays put; a stage resumes from its state; the checkpoin
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import json
 import re
 
 import pytest
@@ -46,20 +46,17 @@ def snapshot(reader) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_changes_exactly_its_trainable_parameters(trainer, stage, monkeypatch):
-    if stage != "stage1" and not checkpoint_path(trainer.config, "stage1").is_dir():
-        trainer.run("stage1", command="test")
-    if stage == "stage3" and not checkpoint_path(trainer.config, "stage2").is_dir():
-        trainer.run("stage2", command="test")
+    for earlier in STAGES[:STAGES.index(stage)]:
+        if not checkpoint_path(trainer.config, earlier).is_dir():
+            trainer.run(earlier, command="test")
     reader, _ = trainer.reader(stage)
-    if stage == "stage3":  # a random tiny decoder never answers right (all rewards 0, no advantage), and
-        # it may give every sampled selection the same answer: reward the samples of a group 0, 1, 2 in
-        # turn, so rewards always differ within a group and the policy gets a signal
-        calls = itertools.count()
-        monkeypatch.setattr(trainer, "reward", lambda gt, pred, fmt: float(next(calls) % 3))
     before = snapshot(reader)
     (trainer.config.out / stage / "state.pt").unlink(missing_ok=True)
     steps, *_ = trainer.fit(stage, reader)
     assert steps == trainer.config.steps
+    if stage == "stage3":  # the dense reward: a gold answer's mean log-probability, negative, and recorded
+        rewards = [json.loads(line).get("reward") for line in (trainer.config.out / stage / "log.jsonl").open()]
+        assert len(rewards) >= steps and all(r is not None and r < 0 for r in rewards)
     after = snapshot(reader)
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     trained = {n for n in before if is_trained_in(stage, n)}
@@ -105,7 +102,7 @@ def test_a_stage_without_its_predecessor_says_what_to_run(tiny_decoder, tmp_path
                          examples=ExampleConfig(noisy_pages=(1, 2)))
     t = Trainer(config, CorpusIndex, mmlongbench_score, show_progress=False)
     try:
-        with pytest.raises(FileNotFoundError, match="docrefrag train stage2"):
+        with pytest.raises(FileNotFoundError, match="docrefrag train warmstart"):
             t.run("stage3")
     finally:
         t.close()
@@ -155,7 +152,7 @@ def test_the_rerank_loss_rewards_the_evidence_page_ranked_first(trainer, monkeyp
     for name, logits in {"evidence first": torch.tensor([4.0] + [-4.0] * (n - 1)),
                          "evidence last": torch.tensor([-4.0] * (n - 1) + [4.0])}.items():
         monkeypatch.setattr(reader, "yes_logits", lambda question, tokens, v=logits: v)
-        losses[name] = trainer.supervised_loss(reader, ex).item()
+        losses[name] = trainer.supervised_loss(reader, ex, "stage2").item()
     assert losses["evidence first"] < 0.05 < 8.0 < losses["evidence last"]
 
 
@@ -208,3 +205,34 @@ def test_a_checkpoint_trained_on_another_decoder_loads_it_by_itself(trainer, tin
     save_checkpoint(reader, tmp_path / "ckpt", encoder_id, [])
     with pytest.raises(CheckpointError, match="trained with the decoder at .*moved-away, which is not there"):
         load_reader(tmp_path / "ckpt", embed_question=embed, encoder_id=encoder_id)
+
+
+def test_the_training_rollout_and_ask_build_the_same_decoder_input(trainer, monkeypatch):
+    """`ask` (the answer agent over a store) and a GRPO rollout read one example's pages with the same
+    expanded chunks through the same build: the same embeddings, and the reward is read off them."""
+    from docrefrag.agents.answer import page_texts, read_with_reader
+
+    reader, _ = trainer.reader("stage1")
+    ex = trainer.sampler.labelled_qa(0, "multi")
+    store, built, build = trainer.index.store, [], reader.build
+    monkeypatch.setattr(reader, "build", lambda *args: built.append((args, build(*args))) or built[-1][1])
+    read_with_reader(ex.prompt, page_texts(store, ex.pages, ex.prompt, 4000), store, reader)
+    monkeypatch.undo()
+    [((question, _, chosen, _, _), asked)] = built
+    assert question == ex.prompt and asked.expanded.any() and len(ex.pages) > 1
+    with torch.no_grad():
+        rollout = trainer.build(reader, ex, chosen)
+        assert torch.equal(rollout.embeds, asked.embeds) and torch.equal(rollout.expanded, asked.expanded)
+        assert trainer.rollout_reward(reader, ex, chosen) == reader.answer_reward(asked, ex.target)
+
+
+def test_the_warm_start_loss_falls_as_the_selector_favours_the_labelled_chunks(trainer, monkeypatch):
+    reader, _ = trainer.reader("stage1")
+    ex = trainer.sampler.labelled_qa(0, "multi")
+    labelled = trainer.mask(ex.labels, len(ex.pages)).flatten()  # (N,)
+    losses = {}
+    for name, logits in {"labelled high": labelled.float() * 8, "flat": torch.zeros(labelled.numel()),
+                         "labelled low": -labelled.float() * 8}.items():
+        monkeypatch.setattr(reader.selector, "forward", lambda question, chunks, v=logits: v)
+        losses[name] = trainer.supervised_loss(reader, ex, "warmstart").item()
+    assert losses["labelled high"] < losses["flat"] < losses["labelled low"]
