@@ -216,19 +216,30 @@ def answer_messages(question: str, pages: list[PageText], answer: str | None = N
 
 def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int, list[PageText]]:
     """(short answer, output tokens, the pages read): the pages one at a time, in rank order, until one
-    yields an answer that is no abstention; that page is the last one read. A small model reads one page
-    better than three: given three, it takes a row of another page's table, the lowest of the wrong
-    column, or a neighbouring role's holder for a role no page names; and most answers are on the first
-    page, which is then the only prefill."""
+    yields an answer that is no abstention and no echo of the question; that page is the last one read.
+    A small model reads one page better than three: given three, it takes a row of another page's table,
+    the lowest of the wrong column, or a neighbouring role's holder for a role no page names; and most
+    answers are on the first page, which is then the only prefill."""
     tokens = 0
     for i, page in enumerate(pages):
         reply = invoke_llm(llm, answer_messages(question, [page]), stop=["\n"])
         text = str(reply.content).strip()
         tokens += int((getattr(reply, "usage_metadata", None) or {}).get("output_tokens", 0))
         answer = final_answer(question, text.splitlines()[0] if text else "")
-        if not is_unanswerable(answer):
+        if not is_unanswerable(answer) and not echoes(question, answer):
             return answer, tokens, pages[:i + 1]
     return NOT_ANSWERABLE, tokens, pages
+
+
+_CHOICE = re.compile(r"\bor\b|\bwhether\b", re.IGNORECASE)
+
+
+def echoes(question: str, answer: str) -> bool:
+    """Whether an answer only repeats the question's own words ("Norworth Group" for "Who is the chief data
+    officer of Norworth Group?"): what a small model writes when the page does not hold the answer. A
+    question that offers a choice ("A or B?") is answered with its own words, so it has no echo."""
+    words = set(tokenize(answer))
+    return bool(words) and words <= set(tokenize(question)) and not _CHOICE.search(question)
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from docrefrag.agents.answer import PageText, cite, focused, ordinal_items, table_view
+from docrefrag.agents.answer import PageText, cite, echoes, focused, ordinal_items, table_view
 from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
@@ -135,3 +135,11 @@ def test_the_citation_is_the_chunk_that_holds_the_answer_in_any_form():
               ChunkRecord("d", 2, 1, "Nordic 4,812 Iberia 3,100", (0, 20, 10, 30))]
     (claim,) = cite("4812", [PageText("d", 2, "", chunks)])
     assert claim.citations[0].bbox == (0, 20, 10, 30)
+
+
+def test_an_answer_that_only_repeats_the_question_is_no_answer():
+    assert echoes("Who is the chief data officer of Norworth Group?", "Norworth Group")
+    assert echoes("Which unit had the lowest margin according to Table 7?", "7")
+    assert not echoes("Who is the chief data officer of Norworth Group?", "Greta Svensson")
+    assert not echoes("Which is greater, Instagram users or Appota fans?", "Appota")  # a choice is offered
+    assert not echoes("Who is the head of the group?", "the")  # no word to compare
