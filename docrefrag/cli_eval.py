@@ -78,6 +78,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                          curriculum=not args.no_curriculum)
     if args.noisy_pages:
         config = replace(config, examples=replace(config.examples, noisy_pages=tuple(args.noisy_pages)))
+    if args.multi_pages:
+        config = replace(config, examples=replace(config.examples, multi_pages=tuple(args.multi_pages)))
     if args.placement:
         config = replace(config, examples=replace(config.examples, placement=args.placement))
     stages = list(STAGES) if args.stage == "all" else [args.stage]

@@ -229,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(tr, TrainConfigFlags)
     tr.add_argument("--noisy-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
                     help="hard negatives of a noisy sequence (default 3 6; the paper: 20 30)")
+    tr.add_argument("--multi-pages", type=int, nargs=2, default=None, metavar=("LO", "HI"),
+                    help="pages of a sequence of the warm start and GRPO (and stage 2's multi-page step) "
+                         "(default 2 4; GRPO on 2 CPU cores: 1 2)")
     tr.add_argument("--no-curriculum", action="store_true", help="stage 2 on noisy sequences only (ablation)")
     tr.add_argument("--placement", choices=["head", "random"], default=None,
                     help="where a noisy sequence puts the evidence page (default head; random: the ablation)")

@@ -13,11 +13,24 @@ so they come the same way from generated documents, DocLongRAG-style sequences a
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Protocol
+
+from docrefrag.core.chunking import region_words
+from docrefrag.core.page import Word
 
 _TERM = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|[^\W\d_]+")
 _STOP = frozenset("""the and for are was were with what which who whom whose how many much does did has have had
 from that this these those than then there their its into onto over under per each all any some not does show shows
 give gives list lists according value values what when where why year""".split())
+
+
+class PageWords(Protocol):
+    """A page's size and words (a store's `PageRecord`, a `PageInput`)."""
+
+    width: float
+    height: float
+    words: list[Word]
 
 
 def terms(text: str) -> set[str]:
@@ -48,3 +61,9 @@ def label_chunks(regions: list[list[list[str]]], question: str, answer: str, gri
         labels += [(i, j) for j, t in enumerate(held)
                    if j in hits or (t & keys and any(touches(j, h) for h in hits))]
     return labels
+
+
+def page_labels(pages: Sequence[PageWords], question: str, answer: str, grid: int, k: int) -> list[tuple[int, int]]:
+    """`label_chunks` over the regions of `pages` in a `grid x grid` layout in chunks of k cells."""
+    regions = [region_words(p.words, p.width, p.height, grid, k) for p in pages]
+    return label_chunks(regions, question, answer, grid, k)

@@ -90,7 +90,8 @@ class ExampleConfig:
     k: int = CHUNK_K
     grid: int = GRID
     target_chars: int = field(default=160, metadata={"help": "characters of a parse/locate target"})
-    multi_pages: tuple[int, int] = field(default=(2, 4), metadata={"help": "pages of a 'multi' QA example"})
+    multi_pages: tuple[int, int] = field(default=(2, 4), metadata={
+        "help": "pages of a 'multi' QA example (stage 2, the warm start and GRPO's sequences)"})
     noisy_pages: tuple[int, int] = field(default=(3, 6), metadata={
         "help": "hard negatives of a 'noisy' QA example (the paper: 20-30; CPU default 3-6)"})
     expand_p: float = field(default=0.2, metadata={"help": "pseudo-label budget as a fraction of all chunks"})
@@ -122,7 +123,8 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "seed of the corpus and of the example draws"})
     steps: int = field(default=600, metadata={"help": "optimiser steps per stage at most"})
     minutes: float = field(default=25.0, metadata={"help": "wall-clock budget per stage; stops early when spent"})
-    lr: float = field(default=1e-3, metadata={"help": "learning rate of stages 1 and 2 (stage 3 uses lr/10)"})
+    lr: float = field(default=1e-3, metadata={
+        "help": "learning rate of stages 1, 2 and the warm start (stage 3 uses lr/10)"})
     group: int = field(default=8, metadata={"help": "GRPO: sampled selections per question (G)"})
     clip_eps: float = field(default=0.2, metadata={"help": "GRPO: ratio clipping"})
     beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})

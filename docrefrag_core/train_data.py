@@ -25,29 +25,19 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
-from docrefrag.core.chunk_labels import label_chunks
-from docrefrag.core.chunking import box_overlap, chunk_box, region_words
+from docrefrag.core.chunk_labels import PageWords, page_labels
+from docrefrag.core.chunking import box_overlap, chunk_box
 from docrefrag.core.config import ExampleConfig
 from docrefrag.core.longrag import EvidenceQuestion, NoiseConfig, build_sequence
-from docrefrag.core.page import Word
 from docrefrag.core.synthetic import SyntheticDoc
 from docrefrag.core.synthetic_training import training_document
 
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, int]  # (doc_id, 1-based page)
-
-
-class PageWords(Protocol):
-    """What the examples need of a stored page (`docrefrag.indexes.catalog.PageRecord` has it)."""
-
-    width: float
-    height: float
-    words: list[Word]
 
 
 @dataclass
@@ -164,9 +154,7 @@ class ExampleSampler:
 
     def labels(self, pages: list[Key], question: str, answer: str) -> list[tuple[int, int]]:
         """The chunks of `pages` that hold the answer (`chunk_labels.label_chunks`)."""
-        g, k = self.config.grid, self.config.k
-        regions = [region_words(r.words, r.width, r.height, g, k) for r in (self.corpus.records[p] for p in pages)]
-        return label_chunks(regions, question, answer, g, k)
+        return page_labels([self.corpus.records[p] for p in pages], question, answer, self.config.grid, self.config.k)
 
     def rerank(self, step: int) -> Example:
         """A question with its evidence page first, then up to `rerank_pages - 1` pages that do not hold

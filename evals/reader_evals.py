@@ -4,7 +4,7 @@
     python -m docrefrag.evals.reader_evals training-tasks [--checkpoint DIR] [--limit N]
     python -m docrefrag.evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
     python -m docrefrag.evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
-    python -m docrefrag.evals.reader_evals recall [--checkpoint DIR] [--limit N]
+    python -m docrefrag.evals.reader_evals recall [--checkpoint DIR] [--limit N] [--stated DIR --store STORE]
 
 - reconstruction: held-out dense-text pages of 500-4,000 characters; the reader's reading of the page
   against the beginning of its text (ANLS, threshold 0.5, and normalised-Levenshtein similarity),
@@ -20,7 +20,9 @@
 - recall: held-out training-distribution sequences (2-4 pages of a document the training never saw,
   `ExampleSampler.labelled_qa` on documents of other seeds): the share of the labelled chunks (those
   holding the answer's words, `chunk_labels`) among the chunks each selector expands, at p in {0.1,
-  0.2, 0.3} (docs/decisions/selector.md).
+  0.2, 0.3} (docs/decisions/selector.md); with `--stated`, on the stated-facts reports instead
+  (`python -m docrefrag.evals.stated_facts DIR`, ingested into STORE), each answerable question over its
+  evidence page and other pages of its report.
 
 Every reading goes through `DocRefragReader.build` with the pages' region words, as `ask` reads.
 """
@@ -166,6 +168,38 @@ def recall(reader, examples: list, tokens_of, choices: dict, ps=(0.1, 0.2, 0.3))
     return rows
 
 
+def recall_selectors(reader) -> dict:
+    """The recall comparison's selectors: random, MiniLM similarity, and the reader's trained one."""
+    return {"random": RandomSelector(0), "similarity": SimilaritySelector(reader.config.question_dim),
+            "trained": reader.selector}
+
+
+def stated_examples(data: Path, store, pages: int = 3, seed: int = 0) -> list:
+    """The answerable questions of a stated-facts set (`data`/samples.json; its reports ingested into
+    `store`) as labelled QA examples over their evidence pages and other pages of their report, `pages` in
+    all, shuffled; a question none of whose chunks is labelled is left out."""
+    import random
+
+    from docrefrag.core.chunk_labels import page_labels
+    from docrefrag.core.config import CHUNK_K, GRID
+    from docrefrag.core.train_data import Example
+    from docrefrag.evals.datasets import load_questions, mmlongbench_format
+
+    docs = {d.name: d for d in store.documents() if d.status == "ready"}
+    rng, examples = random.Random(seed), []
+    for q in load_questions("mmlongbench", data / "samples.json"):
+        doc = docs.get(q.doc_name)
+        if not q.answerable or doc is None:
+            continue
+        others = [p for p in range(1, doc.n_pages + 1) if p not in q.evidence_pages]
+        keys = [(doc.doc_id, p) for p in [*q.evidence_pages, *rng.sample(others, pages - len(q.evidence_pages))]]
+        rng.shuffle(keys)
+        labels = page_labels([store.page(*key) for key in keys], q.question, q.answer, GRID, CHUNK_K)
+        if labels:
+            examples.append(Example("qa", q.question, keys, q.answer, mmlongbench_format(q), labels=labels))
+    return examples
+
+
 def heldout_trainer(work: Path, docs: int = 4, pages: int = 6):
     """A `Trainer` over `docs` held-out training documents (seeds from HELD_OUT_SEED, never trained on)."""
     from docrefrag.core.config import TrainConfig
@@ -235,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mmlongbench", type=Path, default=None,
                         help="selectors on this dev-set folder (with --store)")
     parser.add_argument("--store", type=Path, default=None)
+    parser.add_argument("--stated", type=Path, default=None,
+                        help="recall on this stated-facts folder (with --store, where its reports are ingested)")
     parser.add_argument("--limit", type=int, default=30, help="questions (selectors, answer-loss); examples per task "
                                                                "(training-tasks)")
     parser.add_argument("--noisy-pages", type=int, nargs=2, default=(3, 6))
@@ -247,6 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     reader = load_reader(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
     if args.what == "reconstruction":
         rows = reconstruction(reader)
+    elif args.what == "recall" and args.stated:
+        from docrefrag.indexes.store import Store
+
+        with Store(args.store) as store, torch.no_grad():
+            examples = stated_examples(args.stated, store)[:args.limit]
+            rows = recall(reader, examples, lambda keys: torch.from_numpy(store.stacked_tokens(keys)),
+                          recall_selectors(reader))
     elif args.what in ("training-tasks", "recall"):
         trainer = heldout_trainer(args.work / f"heldout-{args.what}")
         try:
@@ -255,9 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows = training_task_reconstruction(reader, trainer, args.limit)
                 else:
                     examples = [trainer.sampler.labelled_qa(step, "multi") for step in range(args.limit)]
-                    rows = recall(reader, examples, trainer.tokens, {
-                        "random": RandomSelector(0), "similarity": SimilaritySelector(reader.config.question_dim),
-                        "trained": reader.selector})
+                    rows = recall(reader, examples, trainer.tokens, recall_selectors(reader))
         finally:
             trainer.close()
     else:

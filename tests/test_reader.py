@@ -382,3 +382,20 @@ def test_the_shipped_checkpoint_loads_without_its_retired_aligner():
         stored = {k: f.get_tensor(k) for k in f.keys() if k.startswith("selector.")}
     assert stored and all(torch.equal(reader.get_parameter(k), v.float()) for k, v in stored.items())
     assert "aligner" not in dict(reader.named_children())
+
+
+def test_recall_is_the_share_of_the_labelled_chunks_among_those_expanded(tokenizer):
+    from docrefrag.core.train_data import Example
+    from docrefrag.evals.reader_evals import recall
+
+    class FirstPageChunkOne:
+        def choose(self, question, chunks, T):
+            return torch.tensor([1])
+
+    reader = tiny_reader(tokenizer)
+    examples = [Example("qa", "q?", [("d", 1), ("d", 2)], "1", labels=[(0, 1), (1, 4)]),
+                Example("qa", "q?", [("d", 1)], "1", labels=[(0, 1)])]
+    rows = recall(reader, examples, lambda keys: pages(len(keys)),
+                  {"all": AllSelector(), "none": NoneSelector(), "one": FirstPageChunkOne()}, ps=(0.2,))
+    assert {r["selector"]: r["recall"] for r in rows} == {"all": 1.0, "none": 0.0, "one": 0.75}
+    assert all(r["examples"] == 2 and r["p"] == 0.2 for r in rows)

@@ -181,6 +181,7 @@ def test_train_refuses_a_device_it_cannot_use_before_any_work(tmp_path, capsys, 
 @pytest.mark.parametrize("args, message", [
     (["--noisy-pages", "6", "3"], r"noisy_pages \(--noisy-pages LO HI\) needs 1 <= LO <= HI, got 6 3"),
     (["--noisy-pages", "0", "3"], r"--noisy-pages LO HI"),
+    (["--multi-pages", "3", "2"], r"multi_pages \(--multi-pages LO HI\) needs 1 <= LO <= HI, got 3 2"),
 ])
 def test_train_refuses_bad_example_sizes_before_any_work(tmp_path, capsys, args, message):
     """Checked at once: before, the CLI built the corpus and ran stage 1 before stage 2 failed."""
