@@ -8,8 +8,8 @@ tokens of their regions' words, and cites the expanded chunk that holds most of 
 Reading is query-focused: each table row is written with its cells' column names, the cell at a row
 and a column the question names is said on its own line, and for a question after the highest or the
 lowest, the named columns' extremes are said in words (`table_view`: a small model misreads "the 2019
-column" and "the lowest of four values"); numbered list items are written by rank ("Third: ...") when
-the question asks for an item by rank (`ordinal_items`); a page that fits the per-page budget
+column" and "the lowest of four values"); a numbered list is read as its item of the rank a question asks
+for ("Third step of the ...: ...", `ranked_items`); a page that fits the per-page budget
 is read whole, a longer one is cut to its passages (sentences, table rows, list items) that share
 the most of the question's rarer terms (`focused`), kept in page order. The answer is written in
 the form the question asks for (agents/forms.py), then located on the pages read: the citation is
@@ -64,7 +64,7 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     """The text of each (doc_id, page) as the answer agent reads it (see the module docstring)."""
     out = []
     for doc_id, page in pages:
-        text = ordinal_items(table_view(store.page_markdown(doc_id, page), question), question)
+        text = ranked_items(table_view(store.page_markdown(doc_id, page), question), question)
         if len(text) > chars_per_page:
             text = focused(text, question, chars_per_page)
         out.append(PageText(doc_id, page, text, store.page_regions(doc_id, page)))
@@ -187,22 +187,43 @@ def _extremes(name: str, data: list[list[str]], k: int) -> str:
 
 
 _ORDINALS = "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split()
-_ORDINAL_Q = re.compile(rf"\b(?:{'|'.join(_ORDINALS)}|\d{{1,2}}(?:st|nd|rd|th))\b", re.IGNORECASE)
-_NUMBERED_ITEM = re.compile(r"^(\s*)(\d{1,2})[.)]\s+(?=\S)", re.MULTILINE)
+_RANK_Q = re.compile(rf"\b({'|'.join(_ORDINALS)}|\d{{1,2}}(?:st|nd|rd|th))\s+(\w+)", re.IGNORECASE)
+_NUMBERED_ITEM = re.compile(r"^\s*(\d{1,2})[.)]\s+(\S.*)$")
 
 
-def ordinal_items(markdown: str, question: str) -> str:
-    """Where the question asks for an item by its rank ("the third step"), each numbered list item written
-    as "- Third: its words" instead of "3. its words": asked for the third step, a small model answers
-    "3" from the number and the item's words from the ordinal."""
-    if not _ORDINAL_Q.search(question):
+def ranked_items(markdown: str, question: str) -> str:
+    """Where the question asks for an item by its rank ("the third step"), each numbered list that has an
+    item of that rank written as that item alone, with the rank, the question's noun and the list's
+    lead-in ("Third step of the supplier onboarding procedure: Agree the delivery schedule."): given the
+    list, a small model asked for the third step answers "3" from "3. Agree ...", or another item."""
+    asked = _RANK_Q.search(question)
+    if not asked:
         return markdown
+    word = asked.group(1).lower()
+    rank = _ORDINALS.index(word) + 1 if word in _ORDINALS else int(word[:-2])
+    out: list[str] = []
+    lead, items, held = "", {}, []  # the list being read: its items by number, its lines as written
 
-    def word(m: re.Match) -> str:
-        n = int(m.group(2))
-        return f"{m.group(1)}- {_ORDINALS[n - 1].capitalize()}: " if 1 <= n <= len(_ORDINALS) else m.group(0)
+    def the_list() -> list[str]:
+        if rank not in items:
+            return held
+        of = f" of the {lead.strip('#: ').lower()}" if lead else ""
+        return [f"{_ORDINALS[rank - 1].capitalize()} {asked.group(2).lower()}{of}: {items[rank]}", ""]
 
-    return _NUMBERED_ITEM.sub(word, markdown)
+    for line in markdown.splitlines():
+        item = _NUMBERED_ITEM.match(line)
+        if item or (items and not line.strip()):
+            if item:
+                items[int(item.group(1))] = item.group(2).strip()
+            held.append(line)
+            continue
+        if items:  # the list ended
+            out += the_list()
+            items, held = {}, []
+        if line.strip():
+            lead = line.strip() if line.rstrip().endswith(":") or line.startswith("#") else ""
+        out.append(line)
+    return "\n".join(out + the_list())
 
 
 def answer_messages(question: str, pages: list[PageText], answer: str | None = None) -> list[BaseMessage]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from docrefrag.agents.answer import PageText, cite, echoes, focused, ordinal_items, table_view
+from docrefrag.agents.answer import PageText, cite, echoes, focused, ranked_items, table_view
 from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
@@ -111,12 +111,13 @@ def test_the_cell_at_the_row_and_column_a_question_names_is_said_on_its_own():
     assert "Cormere, 2019" not in table_view(table, "What was the headcount of the Cormere unit?")
 
 
-def test_numbered_items_are_read_by_their_rank_when_the_question_asks_by_rank():
-    steps = "Onboarding procedure:\n\n1. Schedule the audit.\n\n2) Sign the contract.\n3. Agree the schedule."
-    assert ordinal_items(steps, "What is the third step of the onboarding procedure?").splitlines()[-1] == (
-        "- Third: Agree the schedule.")
-    assert "- Second: Sign the contract." in ordinal_items(steps, "Which is the 2nd step?")
-    assert ordinal_items(steps, "What is step 3?") == steps  # the question asks by number: as written
+def test_a_list_asked_by_rank_is_read_as_its_item_of_that_rank():
+    steps = "Onboarding procedure:\n\n1. Schedule the audit.\n\n2) Sign the contract.\n3. Agree the schedule.\n\nNext."
+    assert ranked_items(steps, "What is the third step of the onboarding procedure?").splitlines() == [
+        "Onboarding procedure:", "", "Third step of the onboarding procedure: Agree the schedule.", "", "Next."]
+    assert "Second item of the onboarding procedure: Sign the contract." in ranked_items(steps, "Its 2nd item?")
+    assert ranked_items(steps, "What is the fifth step?") == steps  # no such item: the list as written
+    assert ranked_items(steps, "What is step 3?") == steps  # the question asks by number
 
 
 def test_a_long_page_is_read_where_the_question_points():
