@@ -285,21 +285,32 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     return final_answer(question, out.text), out.output_tokens, cited
 
 
+RUN = 8  # consecutive elements a citation may join: a list's items are elements of their own
+
+
 def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
-    """One claim (the answer) cited by the region (a page element: paragraph, table, list, caption) of the
-    pages read that states most of its words and numbers (numbers in any form: 4812 is found in "4,812");
-    among equals, the one on the page read first (the best ranked), then the one sharing most of the
-    question's terms, then the smallest."""
+    """One claim (the answer) cited by the region of the pages read that states most of its words and
+    numbers (numbers in any form: 4812 is found in "4,812"): a page element (paragraph, table, list item,
+    caption) or, where no one element states all of it, up to RUN consecutive ones (a list's items) in
+    one box. Among equals, the one on the page read first (the best ranked), then the fewest elements,
+    then the one sharing most of the question's terms, then the smallest."""
     if is_unanswerable(answer) or not pages:
         return []
     terms = set(tokenize(question))
-    best: tuple[tuple[float, int, int, float], PageText, ChunkRecord | None] = ((0.0, 0, 0, 0.0), pages[0], None)
+    best: tuple[tuple[float, int, int, int, float], PageText, ChunkRecord | None] = (
+        (0.0, 0, 0, 0, 0.0), pages[0], None)
     for rank, p in enumerate(pages):
-        for c in p.chunks:
-            x0, y0, x1, y1 = c.bbox
-            key = (lexical_support(answer, c.text), -rank, len(terms & set(tokenize(c.text))), -(x1 - x0) * (y1 - y0))
-            if key > best[0]:
-                best = (key, p, c)
+        for i in range(len(p.chunks)):
+            for run in (p.chunks[i:j] for j in range(i + 1, min(i + RUN, len(p.chunks)) + 1)):
+                text = "\n".join(c.text for c in run)
+                x0, y0 = min(c.bbox[0] for c in run), min(c.bbox[1] for c in run)
+                x1, y1 = max(c.bbox[2] for c in run), max(c.bbox[3] for c in run)
+                support = lexical_support(answer, text)
+                key = (support, -rank, -len(run), len(terms & set(tokenize(text))), -(x1 - x0) * (y1 - y0))
+                if key > best[0]:
+                    best = (key, p, ChunkRecord(run[0].doc_id, run[0].page, run[0].chunk, text, (x0, y0, x1, y1)))
+                if support == 1.0:  # a longer run from here states no more
+                    break
     (support, *_), page, chunk = best
     if support <= 0:  # no region states the answer (computed, or written differently): the page, no region
         page, chunk = pages[0], None

@@ -138,6 +138,21 @@ def test_the_citation_is_the_chunk_that_holds_the_answer_in_any_form():
     assert claim.citations[0].bbox == (0, 20, 10, 30)
 
 
+def test_a_list_answer_is_cited_by_the_box_of_its_items():
+    from docrefrag.indexes.catalog import ChunkRecord
+
+    chunks = [ChunkRecord("d", 3, 0, "Priority markets for 2022:", (50, 260, 170, 280)),
+              ChunkRecord("d", 3, 1, "- Uruguay", (64, 286, 112, 301)),
+              ChunkRecord("d", 3, 2, "- Ghana", (64, 304, 104, 319)),
+              ChunkRecord("d", 3, 3, "- Peru", (64, 322, 96, 337)),
+              ChunkRecord("d", 3, 4, "Peru and Ghana are far apart.", (50, 400, 300, 420))]
+    (claim,) = cite("['Uruguay', 'Ghana', 'Peru']", [PageText("d", 3, "", chunks)], "Which are the priority markets?")
+    (citation,) = claim.citations
+    assert citation.bbox == (64, 286, 112, 337) and citation.snippet == "- Uruguay\n- Ghana\n- Peru"
+    (claim,) = cite("Ghana", [PageText("d", 3, "", chunks)])
+    assert claim.citations[0].bbox == (64, 304, 104, 319)  # one element states it: that element alone
+
+
 def test_an_answer_that_only_repeats_the_question_is_no_answer():
     assert echoes("Who is the chief data officer of Norworth Group?", "Norworth Group")
     assert echoes("Which unit had the lowest margin according to Table 7?", "7")
