@@ -1,8 +1,10 @@
 """Group relative policy optimisation (GRPO) of the chunk selector, as tensor functions.
 
-For one question the policy (the selector) draws G selections of T chunks; each is decoded by the
-frozen reader and scored by the benchmark's own scorer (`docrefrag.evals.score_mmlongbench.mmlongbench_score`, the
-function the evaluation reports: reward and metric cannot drift apart). Then
+For one question the policy (the selector) draws G selections of T chunks; each is read by the
+frozen reader and rewarded with the gold answer's mean token log-probability given the mixed
+sequence (teacher-forced, one forward pass: `DocRefragReader.answer_reward`; REFRAG rewards its
+policy with negative perplexity), optionally plus a weight times the benchmark's own scorer of the
+decoded answer (`train.Trainer.rollout_reward`). Then
 
     A_g   = (r_g - mean(r)) / (std(r) + eps)                         group-relative advantage
     rho_g = exp(log pi(s_g) - log pi_old(s_g))                       ratio to the sampling policy
@@ -14,7 +16,9 @@ exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1 (as in DeepSeekMath).
 Departures from the Doc-REFRAG paper, forced by training on 2 CPU cores: log pi(s) is the Plackett-Luce
 log-probability of the ordered draw (Gumbel top-k), the ratio taken per selection, not per chunk; one
 policy update per group (clipping matters only when `updates_per_group` > 1); the reference policy is
-the selector at the start of stage 3; groups are sequences of a few pages with short decoded answers.
+the warm-started selector at the start of stage 3; groups are sequences of one to a few pages. Measured
+(docs/decisions/selector.md): with T = 20-65 draws the summed log-ratio makes the k3 KL explode once the
+policy moves; a per-draw mean is the next thing to try.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Which chunks to expand: the question-guided selector and its baselines, behind one interface.
 
 A selector scores every chunk of the n pages being read; the reader expands the top
-T = floor(p * n * L) chunks to their k tokens and keeps the rest compressed.
+T = floor(p * n * L) chunks into their regions' words and keeps the rest compressed.
 
 - `ChunkSelector` (the learned policy): a 2-layer transformer encoder (d = 256, 8 heads) over the
   question embedding and one vector per chunk (the mean of its normalised tokens); a linear head
-  gives one logit per chunk. Inference takes the deterministic top-T; training samples T chunks
-  without replacement (Gumbel top-k, i.e. Plackett-Luce) and scores the sample's log-probability.
+  gives one logit per chunk. Inference takes the deterministic top-T; the warm start fits its softmax
+  to the chunk labels; GRPO samples T chunks without replacement (Gumbel top-k, i.e. Plackett-Luce)
+  and scores the sample's log-probability (docs/decisions/selector.md).
 - `RandomSelector`, `SimilaritySelector` (question-token cosine over the fine tokens, the costly
   oracle), `NoneSelector` (all compressed) and `AllSelector` (all expanded).
 """
