@@ -134,6 +134,9 @@ class TrainConfig:
                 "(0: no decoding in a rollout)"})
     answer_tokens: int = field(default=12, metadata={"help": "GRPO: greedy answer bound of a rollout (em_weight > 0)"})
     curve_every: int = field(default=10, metadata={"help": "GRPO: steps per point of the recorded reward curve"})
+    questions: int = field(default=0, metadata={
+        "help": "GRPO: cycle through this many questions, each with its own fixed budget p (0: a new question "
+                "every step); with curve_every equal to it, each point of the reward curve is one pass over them"})
     rerank_share: float = field(default=0.25, metadata={
         "help": "stage 2: share of the steps that train page relevance (rerank) instead of answering"})
     curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
@@ -152,6 +155,8 @@ class TrainConfig:
         if self.em_weight < 0 or self.curve_every < 1:
             raise ValueError(f"need em_weight >= 0 and curve_every >= 1, got em_weight={self.em_weight}, "
                              f"curve_every={self.curve_every}")
+        if self.questions < 0:
+            raise ValueError(f"questions is a count of GRPO questions (0: a new one every step), got {self.questions}")
         if self.group < 2:
             raise ValueError(f"GRPO needs a group of at least 2 selections, got group={self.group}")
         if not 0.0 <= self.rerank_share <= 1.0:

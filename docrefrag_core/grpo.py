@@ -4,21 +4,21 @@ For one question the policy (the selector) draws G selections of T chunks; each 
 frozen reader and rewarded with the gold answer's mean token log-probability given the mixed
 sequence (teacher-forced, one forward pass: `DocRefragReader.answer_reward`; REFRAG rewards its
 policy with negative perplexity), optionally plus a weight times the benchmark's own scorer of the
-decoded answer (`train.Trainer.rollout_reward`). Then
+decoded answer (`train.Trainer.rollout_reward`). Each of a selection's T draws is an action, as each
+token is in GRPO for LLMs (DeepSeekMath): with l_gt = log pi(s_gt | s_g<t) the draw's log-probability,
 
-    A_g   = (r_g - mean(r)) / (std(r) + eps)                         group-relative advantage
-    rho_g = exp(log pi(s_g) - log pi_old(s_g))                       ratio to the sampling policy
-    L     = -mean_g min(rho_g A_g, clip(rho_g, 1-eps, 1+eps) A_g) + beta * KL(pi || pi_ref)
+    A_g    = (r_g - mean(r)) / (std(r) + eps)                 group-relative advantage
+    rho_gt = exp(l_gt - l_old_gt)                             per-draw ratio to the sampling policy
+    L      = -mean_gt min(rho_gt A_g, clip(rho_gt, 1-eps, 1+eps) A_g) + beta * mean_gt KL_gt(pi || pi_ref)
 
-with the KL estimated per sample by the unbiased k3 estimator
-exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1 (as in DeepSeekMath).
+with KL_gt the unbiased k3 estimator exp(l_ref - l) - (l_ref - l) - 1 per draw. At pi = pi_old the
+gradient is REINFORCE's with the selection's log-probability divided by T. The ratio of a whole
+selection (the sum over its T = 10-65 draws) made the k3 term explode once the policy moved
+(docs/decisions/selector.md).
 
-Departures from the Doc-REFRAG paper, forced by training on 2 CPU cores: log pi(s) is the Plackett-Luce
-log-probability of the ordered draw (Gumbel top-k), the ratio taken per selection, not per chunk; one
-policy update per group (clipping matters only when `updates_per_group` > 1); the reference policy is
-the warm-started selector at the start of stage 3; groups are sequences of one to a few pages. Measured
-(docs/decisions/selector.md): with T = 20-65 draws the summed log-ratio makes the k3 KL explode once the
-policy moves; a per-draw mean is the next thing to try.
+Departures from the Doc-REFRAG paper, forced by training on 2 CPU cores: one policy update per group
+(clipping matters only when the sampling policy lags the trained one); the reference policy is the
+warm-started selector at the start of stage 3; groups are sequences of one to a few pages.
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ def kl_k3(log_p: torch.Tensor, log_ref: torch.Tensor) -> torch.Tensor:
 
 def grpo_loss(log_p: torch.Tensor, log_old: torch.Tensor, log_ref: torch.Tensor, advantages: torch.Tensor,
               clip_eps: float = 0.2, beta: float = 0.1) -> torch.Tensor:
-    """The clipped surrogate with a KL penalty, averaged over the group. All inputs (G,)."""
-    ratio = torch.exp(log_p - log_old.detach())
-    surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip_eps, 1 + clip_eps) * advantages)
+    """The clipped per-draw surrogate with a per-draw KL penalty, averaged over draws and the group.
+    log_p, log_old, log_ref (G, T): each draw's log-probability; advantages (G,)."""
+    assert log_p.ndim == 2 and log_p.shape == log_old.shape == log_ref.shape and advantages.shape == log_p.shape[:1]
+    ratio = torch.exp(log_p - log_old.detach())  # (G, T)
+    adv = advantages[:, None]  # (G, 1): a selection's draws share its advantage
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)  # (G, T)
     return (-surrogate + beta * kl_k3(log_p, log_ref.detach())).mean()

@@ -7,7 +7,7 @@ T = floor(p * n * L) chunks into their regions' words and keeps the rest compres
   question embedding and one vector per chunk (the mean of its normalised tokens); a linear head
   gives one logit per chunk. Inference takes the deterministic top-T; the warm start fits its softmax
   to the chunk labels; GRPO samples T chunks without replacement (Gumbel top-k, i.e. Plackett-Luce)
-  and scores the sample's log-probability (docs/decisions/selector.md).
+  and scores each draw's log-probability (docs/decisions/selector.md).
 - `RandomSelector`, `SimilaritySelector` (question-token cosine over the fine tokens, the costly
   oracle), `NoneSelector` (all compressed) and `AllSelector` (all expanded).
 """
@@ -75,8 +75,9 @@ def sample_selection(logits: torch.Tensor, T: int, generator: torch.Generator | 
     return torch.topk(logits.detach() + gumbel, T).indices  # (T,) in draw order
 
 
-def selection_log_prob(logits: torch.Tensor, selection: torch.Tensor) -> torch.Tensor:
-    """Plackett-Luce log-probability of drawing `selection` (in its order) without replacement."""
+def draw_log_probs(logits: torch.Tensor, selection: torch.Tensor) -> torch.Tensor:
+    """(T,) log-probabilities of each draw of `selection` (in its order) given the draws before it: their
+    sum is the Plackett-Luce log-probability of the whole draw without replacement."""
     dev = logits.device
     selection = selection.to(dev)
     T = selection.numel()
@@ -88,7 +89,7 @@ def selection_log_prob(logits: torch.Tensor, selection: torch.Tensor) -> torch.T
         cols = selection[torch.cat([torch.arange(t, device=dev) for t in range(1, T)])]
         taken[rows, cols] = True
     remaining = logits[None].masked_fill(taken, float("-inf"))  # (T, N)
-    return (chosen - torch.logsumexp(remaining, dim=1)).sum()
+    return chosen - torch.logsumexp(remaining, dim=1)  # (T,)
 
 
 class RandomSelector:

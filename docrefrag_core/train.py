@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 from docrefrag.core.config import TrainConfig
 from docrefrag.core.grpo import group_advantages, grpo_loss
 from docrefrag.core.longrag import PageSearch
-from docrefrag.core.selector import budget, sample_selection, selection_log_prob
+from docrefrag.core.selector import budget, draw_log_probs, sample_selection
 from docrefrag.core.train_data import Corpus, Example, ExampleSampler, build_corpus
 
 logger = logging.getLogger(__name__)
@@ -180,7 +180,13 @@ class Trainer:
             if not self.config.curriculum:
                 return s.qa(step, "noisy")
             return s.qa(step, ("single", "multi", "noisy")[min(2, int(3 * progress))])
-        return s.labelled_qa(step, "multi")
+        if stage == "warmstart":
+            return s.labelled_qa(step, "multi")
+        return s.labelled_qa(self.question_index(step), "multi")
+
+    def question_index(self, step: int) -> int:
+        """The question GRPO reads at `step`: `step` itself, or its place in the cycle of `config.questions`."""
+        return step % self.config.questions if self.config.questions else step
 
     def supervised_loss(self, reader, ex: Example, stage: str) -> torch.Tensor:
         tokens = self.tokens(ex.pages)
@@ -213,8 +219,8 @@ class Trainer:
         with torch.no_grad():
             rewards = torch.tensor([self.rollout_reward(reader, ex, self.mask([divmod(int(c), L) for c in sel], n))
                                     for sel in selections])  # (G,)
-        log_p = torch.stack([selection_log_prob(logits, s) for s in selections])  # (G,)
-        log_ref = torch.stack([selection_log_prob(ref_logits, s) for s in selections])  # (G,)
+        log_p = torch.stack([draw_log_probs(logits, s) for s in selections])  # (G, T)
+        log_ref = torch.stack([draw_log_probs(ref_logits, s) for s in selections])  # (G, T)
         loss = grpo_loss(log_p, log_p.detach(), log_ref, group_advantages(rewards).to(log_p.device),
                          cfg.clip_eps, cfg.beta)
         return loss, float(rewards.mean())
@@ -248,7 +254,8 @@ class Trainer:
                            "examples": asdict(cfg.examples), "curriculum": cfg.curriculum, "init": cfg.init},
                   "command": command, "segments": segments, "lr": lr, "device": cfg.device}
         if stage == "stage3":
-            record.update(group=cfg.group, clip_eps=cfg.clip_eps, beta=cfg.beta, p_range=list(cfg.p_range),
+            record.update(group=cfg.group, questions=cfg.questions, clip_eps=cfg.clip_eps, beta=cfg.beta,
+                          p_range=list(cfg.p_range),
                           reward=f"mean log-prob of the gold answer + {cfg.em_weight} x exact match",
                           reward_curve=reward_curve(stage_dir(cfg, stage) / "log.jsonl", cfg.curve_every))
         return save_checkpoint(reader, checkpoint_path(cfg, stage), self.encoder.encoder_id, [*prior, record])
@@ -295,7 +302,8 @@ class Trainer:
                 ex = self.draw(stage, step, max(step / cfg.steps, (time.perf_counter() - start) / 60 / cfg.minutes))
                 reward = None
                 if stage == "stage3":
-                    loss, reward = self.grpo_step(reader, reference, ex, random.Random(f"{cfg.seed}|p|{step}"),
+                    loss, reward = self.grpo_step(reader, reference, ex,
+                                                  random.Random(f"{cfg.seed}|p|{self.question_index(step)}"),
                                                   generator)
                 else:
                     loss = self.supervised_loss(reader, ex, stage)

@@ -21,8 +21,8 @@ from docrefrag.core.selector import (
     RandomSelector,
     SimilaritySelector,
     budget,
+    draw_log_probs,
     sample_selection,
-    selection_log_prob,
 )
 
 M, D, Q = 36, 20, 12  # a 6x6 grid of 20-dim tokens; 12-dim questions
@@ -171,7 +171,7 @@ def test_gradients_reach_projector_selector_and_lora(tokenizer):
     _, regions = native_regions(reader, 2)
     loss = reader.answer_loss("How many?", tokens, expand, regions, "42")
     logits = reader.selector(reader.question_vector("How many?"), chunks.reshape(-1, 3, D))
-    loss = loss + selection_log_prob(logits, sample_selection(logits, 4))
+    loss = loss + draw_log_probs(logits, sample_selection(logits, 4)).sum()
     loss.backward()
     for group, params in reader.trainable().items():
         assert params and all(p.grad is not None and p.grad.abs().sum() > 0 for p in params), group
@@ -185,7 +185,7 @@ def test_selector_has_under_a_million_parameters_at_the_default_size():
 
 def test_plackett_luce_probabilities_sum_to_one_and_samples_are_distinct():
     logits = torch.tensor([0.3, -1.0, 2.0, 0.0])
-    total = sum(selection_log_prob(logits, torch.tensor(s)).exp() for s in itertools.permutations(range(4), 2))
+    total = sum(draw_log_probs(logits, torch.tensor(s)).sum().exp() for s in itertools.permutations(range(4), 2))
     assert float(total) == pytest.approx(1.0, abs=1e-6)
     draw = sample_selection(torch.zeros(50), 10, torch.Generator().manual_seed(0))
     assert draw.unique().numel() == 10
@@ -201,8 +201,8 @@ def test_grpo_sampling_stays_on_the_policy_device():
     draw = sample_selection(logits, 6, torch.Generator().manual_seed(0))
     assert draw.device.type == "meta" and draw.shape == (6,)
     for selection in (draw, torch.tensor([3, 1, 2])):  # a selection made on the CPU is moved, not mixed
-        log_p = selection_log_prob(logits, selection)
-        assert log_p.device.type == "meta" and log_p.ndim == 0
+        log_p = draw_log_probs(logits, selection)
+        assert log_p.device.type == "meta" and log_p.shape == selection.shape
 
 
 def test_a_reader_config_that_does_not_fit_the_decoder_is_refused(tokenizer):

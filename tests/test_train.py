@@ -237,3 +237,12 @@ def test_the_warm_start_loss_falls_as_the_selector_favours_the_labelled_chunks(t
         monkeypatch.setattr(reader.selector, "forward", lambda question, chunks, v=logits: v)
         losses[name] = trainer.supervised_loss(reader, ex, "warmstart").item()
     assert losses["labelled high"] < losses["flat"] < losses["labelled low"]
+
+
+def test_grpo_cycles_through_its_questions(trainer, monkeypatch):
+    assert [trainer.question_index(s) for s in range(4)] == [0, 1, 2, 3]  # questions=0: a new one each step
+    monkeypatch.setattr(trainer, "config", dataclasses.replace(trainer.config, questions=3))
+    assert [trainer.question_index(s) for s in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert trainer.draw("stage3", 4, 0.0) == trainer.draw("stage3", 1, 0.0)
+    with pytest.raises(ValueError, match="questions is a count"):
+        dataclasses.replace(trainer.config, questions=-1)
