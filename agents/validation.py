@@ -52,10 +52,17 @@ def anchored_evidence(question: str, pages: list[PageText]) -> str:
     kept: list[str] = []
     for page in pages:
         passages = page_passages(page.text)
-        near = {j for i, text in enumerate(passages) if anchors & number_values(text)
+        near = {j for i, text in enumerate(passages) if _states_anchor(text, anchors)
                 for j in (range(max(0, i - BEFORE), min(len(passages), i + AFTER + 1)) if _leads(text) else [i])}
         kept += [passages[j] for j in sorted(near)]
     return "\n".join(kept)
+
+
+def _states_anchor(passage: str, anchors: set[float]) -> bool:
+    """Whether a passage states one of the anchors: as a number, or as digits inside a date ("as of
+    31.12.2020" states 2020)."""
+    return bool(anchors & number_values(passage)) or any(
+        re.search(rf"(?<!\d){int(a)}(?!\d)", passage) for a in anchors if a >= 1800)
 
 
 def _leads(passage: str) -> bool:

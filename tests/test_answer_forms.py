@@ -49,6 +49,8 @@ def test_a_figure_of_another_year_is_not_support():
     assert not asked_2013.supported  # pages that never state the question's year support nothing
     markets = anchored_evidence("Which countries are the priority markets for 2022?", pages)
     assert lexical_support("['Chile', 'Peru', 'Ghana']", markets) == 1.0  # a lead-in's list counts with it
+    dated = [PageText("d", 1, "SHARE CAPITAL BY OWNER AS OF 31.12.2020:\nInstitutional investors | Share: 79%", [])]
+    assert lexical_support("79", anchored_evidence("What share do institutions hold as of 31.12.2020?", dated)) == 1.0
 
 
 def test_the_anchors_of_a_question_are_its_years_and_the_tables_it_names():
