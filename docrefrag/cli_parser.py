@@ -23,7 +23,8 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 
 
 TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "em_weight",
-                    "questions", "rerank_share", "init", "decoder", "device")
+                    "updates", "questions",
+                    "rerank_share", "init", "decoder", "device")
 
 
 def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:

@@ -126,6 +126,9 @@ class TrainConfig:
     lr: float = field(default=1e-3, metadata={
         "help": "learning rate of stages 1, 2 and the warm start (stage 3 uses lr/10)"})
     group: int = field(default=8, metadata={"help": "GRPO: sampled selections per question (G)"})
+    updates: int = field(default=1, metadata={
+        "help": "GRPO: selector updates per group of rollouts (the paper's mu; above 1 the rollouts, which cost the "
+                "decoder's forward passes, are reused and the clip bounds each draw's ratio)"})
     clip_eps: float = field(default=0.2, metadata={"help": "GRPO: ratio clipping"})
     beta: float = field(default=0.1, metadata={"help": "GRPO: weight of the KL to the reference selector"})
     p_range: tuple[float, float] = field(default=(0.1, 0.3), metadata={"help": "GRPO: training budget p ~ U[lo, hi]"})
@@ -155,6 +158,8 @@ class TrainConfig:
         if self.em_weight < 0 or self.curve_every < 1:
             raise ValueError(f"need em_weight >= 0 and curve_every >= 1, got em_weight={self.em_weight}, "
                              f"curve_every={self.curve_every}")
+        if self.updates < 1:
+            raise ValueError(f"updates counts the selector updates per GRPO group (at least 1), got {self.updates}")
         if self.questions < 0:
             raise ValueError(f"questions is a count of GRPO questions (0: a new one every step), got {self.questions}")
         if self.group < 2:

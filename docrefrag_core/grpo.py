@@ -16,9 +16,10 @@ gradient is REINFORCE's with the selection's log-probability divided by T. The r
 selection (the sum over its T = 10-65 draws) made the k3 term explode once the policy moved
 (docs/decisions/selector.md).
 
-Departures from the Doc-REFRAG paper, forced by training on 2 CPU cores: one policy update per group
-(clipping matters only when the sampling policy lags the trained one); the reference policy is the
-warm-started selector at the start of stage 3; groups are sequences of one to a few pages.
+Departures from the Doc-REFRAG paper, forced by training on 2 CPU cores: the reference policy is the
+warm-started selector at the start of stage 3; groups are sequences of one to a few pages; a group's
+rollouts (the decoder's forward passes, the cost) may serve several selector updates (`updates`, the
+DeepSeekMath mu), the clip bounding each draw's ratio to the policy that sampled it.
 """
 
 from __future__ import annotations

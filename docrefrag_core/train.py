@@ -202,27 +202,30 @@ class Trainer:
         return reader.answer_loss(ex.prompt, tokens, self.mask(ex.expand, len(ex.pages)),
                                   self.regions(reader, ex.pages), ex.target)
 
-    def grpo_step(self, reader, reference, ex: Example, rng: random.Random,
-                  generator: torch.Generator) -> tuple[torch.Tensor, float]:
-        """One group of `config.group` sampled selections of `ex`'s chunks: (GRPO loss, mean reward)."""
+    def grpo_group(self, reader, reference, ex: Example, rng: random.Random,
+                   generator: torch.Generator) -> tuple[Callable[[], torch.Tensor], float]:
+        """Sample `config.group` selections of `ex`'s chunks and read each: (a function giving the GRPO
+        loss of the selector as it is when called, mean reward). The trainer calls it `config.updates`
+        times, an optimiser step after each: the first at the sampling policy, the later ones clipped."""
         cfg = self.config
         with torch.no_grad():
             chunks = reader.chunks(self.tokens(ex.pages))  # (n, L, k, d)
-        n, L = chunks.shape[:2]
-        flat = chunks.reshape(n * L, *chunks.shape[2:])  # (N, k, d)
-        question = reader.question_vector(ex.prompt)
-        logits = reader.selector(question, flat)  # (N,)
-        with torch.no_grad():
-            ref_logits = reference(question, flat)
-        T = max(1, budget(rng.uniform(*cfg.p_range), n, L))
-        selections = [sample_selection(logits, T, generator) for _ in range(cfg.group)]
-        with torch.no_grad():
+            n, L = chunks.shape[:2]
+            flat = chunks.reshape(n * L, *chunks.shape[2:])  # (N, k, d)
+            question = reader.question_vector(ex.prompt)
+            logits, ref_logits = reader.selector(question, flat), reference(question, flat)  # (N,), (N,)
+            T = max(1, budget(rng.uniform(*cfg.p_range), n, L))
+            selections = [sample_selection(logits, T, generator) for _ in range(cfg.group)]
             rewards = torch.tensor([self.rollout_reward(reader, ex, self.mask([divmod(int(c), L) for c in sel], n))
                                     for sel in selections])  # (G,)
-        log_p = torch.stack([draw_log_probs(logits, s) for s in selections])  # (G, T)
-        log_ref = torch.stack([draw_log_probs(ref_logits, s) for s in selections])  # (G, T)
-        loss = grpo_loss(log_p, log_p.detach(), log_ref, group_advantages(rewards).to(log_p.device),
-                         cfg.clip_eps, cfg.beta)
+            log_old = torch.stack([draw_log_probs(logits, s) for s in selections])  # (G, T)
+            log_ref = torch.stack([draw_log_probs(ref_logits, s) for s in selections])  # (G, T)
+        advantages = group_advantages(rewards).to(log_old.device)  # (G,)
+
+        def loss() -> torch.Tensor:
+            log_p = torch.stack([draw_log_probs(reader.selector(question, flat), s) for s in selections])  # (G, T)
+            return grpo_loss(log_p, log_old, log_ref, advantages, cfg.clip_eps, cfg.beta)
+
         return loss, float(rewards.mean())
 
     def rollout_reward(self, reader, ex: Example, expand: torch.Tensor) -> float:
@@ -254,8 +257,8 @@ class Trainer:
                            "examples": asdict(cfg.examples), "curriculum": cfg.curriculum, "init": cfg.init},
                   "command": command, "segments": segments, "lr": lr, "device": cfg.device}
         if stage == "stage3":
-            record.update(group=cfg.group, questions=cfg.questions, clip_eps=cfg.clip_eps, beta=cfg.beta,
-                          p_range=list(cfg.p_range),
+            record.update(group=cfg.group, updates=cfg.updates, questions=cfg.questions, clip_eps=cfg.clip_eps,
+                          beta=cfg.beta, p_range=list(cfg.p_range),
                           reward=f"mean log-prob of the gold answer + {cfg.em_weight} x exact match",
                           reward_curve=reward_curve(stage_dir(cfg, stage) / "log.jsonl", cfg.curve_every))
         return save_checkpoint(reader, checkpoint_path(cfg, stage), self.encoder.encoder_id, [*prior, record])
@@ -302,15 +305,18 @@ class Trainer:
                 ex = self.draw(stage, step, max(step / cfg.steps, (time.perf_counter() - start) / 60 / cfg.minutes))
                 reward = None
                 if stage == "stage3":
-                    loss, reward = self.grpo_step(reader, reference, ex,
-                                                  random.Random(f"{cfg.seed}|p|{self.question_index(step)}"),
-                                                  generator)
+                    group_loss, reward = self.grpo_group(reader, reference, ex,
+                                                         random.Random(f"{cfg.seed}|p|{self.question_index(step)}"),
+                                                         generator)
+                    losses = [group_loss for _ in range(cfg.updates)]
                 else:
-                    loss = self.supervised_loss(reader, ex, stage)
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                optimiser.step()
+                    losses = [lambda ex=ex: self.supervised_loss(reader, ex, stage)]
+                for loss_of in losses:
+                    loss = loss_of()
+                    optimiser.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(params, 1.0)
+                    optimiser.step()
                 step += 1
                 window.append(loss.item())
                 record = {"step": step, "kind": ex.kind, "loss": round(loss.item(), 4),

@@ -246,3 +246,21 @@ def test_grpo_cycles_through_its_questions(trainer, monkeypatch):
     assert trainer.draw("stage3", 4, 0.0) == trainer.draw("stage3", 1, 0.0)
     with pytest.raises(ValueError, match="questions is a count"):
         dataclasses.replace(trainer.config, questions=-1)
+
+
+def test_a_group_of_rollouts_serves_updates_selector_steps_clipped_to_the_sampling_policy(trainer, monkeypatch):
+    import docrefrag.core.train as train_module
+
+    if not checkpoint_path(trainer.config, "warmstart").is_dir():
+        for stage in ("stage1", "stage2", "warmstart"):
+            trainer.run(stage, command="test")
+    monkeypatch.setattr(trainer, "config", dataclasses.replace(trainer.config, steps=1, updates=3, beta=0.0))
+    (trainer.config.out / "stage3" / "state.pt").unlink(missing_ok=True)
+    rollouts, ratios, grpo_loss = [], [], train_module.grpo_loss
+    monkeypatch.setattr(trainer, "rollout_reward", lambda *a: rollouts.append(a) or float(len(rollouts)))
+    monkeypatch.setattr(train_module, "grpo_loss", lambda log_p, log_old, *a: ratios.append(
+        (log_p - log_old).detach().abs().max()) or grpo_loss(log_p, log_old, *a))
+    reader, _ = trainer.reader("stage3")
+    trainer.fit("stage3", reader)
+    assert len(rollouts) == trainer.config.group and len(ratios) == 3  # one reading, three updates
+    assert ratios[0] == 0 and ratios[2] > 0  # the first update at the sampling policy, the later ones off it
