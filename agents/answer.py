@@ -235,21 +235,23 @@ def answer_messages(question: str, pages: list[PageText], answer: str | None = N
     return [SystemMessage(prompts.ANSWER_SYSTEM), HumanMessage(user)]
 
 
-def answer_question(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int, list[PageText]]:
-    """(short answer, output tokens, the pages read): the pages one at a time, in rank order, until one
-    yields an answer that is no abstention and no echo of the question; that page is the last one read.
-    A small model reads one page better than three: given three, it takes a row of another page's table,
-    the lowest of the wrong column, or a neighbouring role's holder for a role no page names; and most
-    answers are on the first page, which is then the only prefill."""
+def answer_question(question: str, prompts_pages: list[list[PageText]],
+                    llm: BaseChatModel) -> tuple[str, int, list[list[PageText]]]:
+    """(short answer, output tokens, the prompts read): each prompt's pages (`prompts_pages`: one page per
+    prompt in the default pages mode, every gathered element in one prompt in the evidence-graph mode) read
+    in order until one yields an answer that is no abstention and no echo of the question; the answer was
+    read from the last prompt read. A small model reads one page better than three: given three, it takes
+    a row of another page's table, the lowest of the wrong column, or a neighbouring role's holder for a
+    role no page names; and most answers are on the first page, which is then the only prefill."""
     tokens = 0
-    for i, page in enumerate(pages):
-        reply = invoke_llm(llm, answer_messages(question, [page]), stop=["\n"])
+    for i, pages in enumerate(prompts_pages):
+        reply = invoke_llm(llm, answer_messages(question, pages), stop=["\n"])
         text = str(reply.content).strip()
         tokens += int((getattr(reply, "usage_metadata", None) or {}).get("output_tokens", 0))
         answer = final_answer(question, text.splitlines()[0] if text else "")
         if not is_unanswerable(answer) and not echoes(question, answer):
-            return answer, tokens, pages[:i + 1]
-    return NOT_ANSWERABLE, tokens, pages
+            return answer, tokens, prompts_pages[:i + 1]
+    return NOT_ANSWERABLE, tokens, prompts_pages
 
 
 _CHOICE = re.compile(r"\bor\b|\bwhether\b", re.IGNORECASE)

@@ -59,7 +59,7 @@ def measure(name: str, store: Store, questions, chars: int) -> dict:
     for q, doc_id in questions:
         pages = page_texts(store, [(doc_id, q.evidence_pages[0])], q.question, chars)
         t = time.perf_counter()
-        answer, n_out, _ = answer_question(q.question, pages, llm)
+        answer, n_out, _ = answer_question(q.question, [[p] for p in pages], llm)
         wall += time.perf_counter() - t
         score = mmlongbench_score(q.answer, answer, mmlongbench_format(q))
         scores.append(score)

@@ -76,7 +76,7 @@ def run(questions: list[Question], store, searcher, budgets: list[int], llm=None
                        "select_s": round(time.perf_counter() - start, 4), **extra,
                        **_recall(q, {p.page for p in read if p.text.strip()})}
                 if llm is not None:
-                    answer = answer_question(q.question, read, llm)[0] if read else "Not answerable"
+                    answer = answer_question(q.question, [read], llm)[0] if read else "Not answerable"
                     row.update(answer=answer, score=score(q, answer))
                 rows.append(row)
     return rows

@@ -158,9 +158,11 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
         if cfg.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
             text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
             claims, source = cite(text, pages if graph else expanded or pages, state["question"]), len(pages)
-        else:  # page by page until one answers: the answer is read from the last page read
-            text, tokens, pages = answer_question(state["question"], pages, ctx.llm)
-            claims, source = cite(text, pages, state["question"]), 1
+        else:  # page by page (the gathered elements: at once) until one answers; the last prompt read answered
+            text, tokens, prompts_read = answer_question(state["question"], [pages] if graph else [[p] for p in pages],
+                                                         ctx.llm)
+            pages = [p for read in prompts_read for p in read]
+            claims, source = cite(text, pages, state["question"]), len(prompts_read[-1])
     update = {"answer": text, "claims": [c.model_dump() for c in claims],
               "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text, "source": i >= len(pages) - source}
                        for i, p in enumerate(pages)],
