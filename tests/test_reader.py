@@ -368,20 +368,38 @@ def test_the_reward_is_the_gold_answers_mean_token_log_probability(tokenizer):
     assert reward < 0 and other != pytest.approx(reward, abs=1e-6)  # what is expanded changes the reward
 
 
-def test_the_shipped_checkpoint_loads_without_its_retired_aligner():
+def test_a_checkpoint_with_the_retired_aligner_loads_without_it(tmp_path):
     """A checkpoint saved before the token aligner was retired still holds its weights: they are not read."""
-    from safetensors import safe_open
+    import hashlib
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
 
     from docrefrag.core.checkpoint import read_checkpoint_config
     from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
 
-    config = read_checkpoint_config(DEFAULT_CHECKPOINT)
-    reader = load_reader(DEFAULT_CHECKPOINT, embed_question=lambda texts: np.zeros((len(texts), 384)),
-                         encoder_id=config["encoder_id"])
-    with safe_open(DEFAULT_CHECKPOINT / "reader.safetensors", "pt") as f:
-        stored = {k: f.get_tensor(k) for k in f.keys() if k.startswith("selector.")}
+    old = tmp_path / "old"
+    shutil.copytree(DEFAULT_CHECKPOINT, old)
+    tensors = load_file(old / "reader.safetensors")
+    stored = {k: v for k, v in tensors.items() if k.startswith("selector.")}
+    save_file({**tensors, "aligner.net.0.weight": torch.zeros(4, 4, dtype=torch.float16)}, old / "reader.safetensors")
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["files"]["reader.safetensors"] = hashlib.sha256((old / "reader.safetensors").read_bytes()).hexdigest()
+    (old / "manifest.json").write_text(json.dumps(manifest))
+
+    reader = load_reader(old, embed_question=lambda texts: np.zeros((len(texts), 384)),
+                         encoder_id=read_checkpoint_config(old)["encoder_id"])
     assert stored and all(torch.equal(reader.get_parameter(k), v.float()) for k, v in stored.items())
     assert "aligner" not in dict(reader.named_children())
+
+
+def test_the_shipped_checkpoint_names_its_grpo_stage():
+    from docrefrag.core.checkpoint import read_checkpoint_config
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT
+
+    stages = [s["stage"] for s in read_checkpoint_config(DEFAULT_CHECKPOINT)["stages"]]
+    assert stages[-2:] == ["warmstart", "stage3"]  # the selector's warm start on chunk labels, then GRPO
 
 
 def test_recall_is_the_share_of_the_labelled_chunks_among_those_expanded(tokenizer):
