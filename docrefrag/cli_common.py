@@ -56,7 +56,7 @@ def ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskCo
                  "decompose": getattr(args, "decompose_mode", None), "evidence": args.evidence,
                  "evidence_tokens": args.evidence_tokens, "evidence_steps": args.evidence_steps,
                  "evidence_seconds": args.evidence_seconds, "evidence_driver": args.evidence_driver,
-                 "memory": args.memory}
+                 "memory": args.memory, "retrieval": args.retrieval, "agent_steps": args.agent_steps}
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if args.pages is not None:
         config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})

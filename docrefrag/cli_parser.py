@@ -75,6 +75,12 @@ def _answer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evidence-driver", choices=["score", "llm"], default=None,
                    help="--evidence graph: what picks the next element to open: score (default; deterministic, no "
                         "LLM call) or llm (the --llm chat model, among the best-scored few)")
+    p.add_argument("--retrieval", choices=["pipeline", "agent"], default=None,
+                   help="pipeline (default): the planned hybrid search; agent: the retrieval agent calls the tools "
+                        "(search_pages, bm25_search, read_page, ... and a team's own) step by step, following the "
+                        "store's active instructions (docrefrag agent show)")
+    p.add_argument("--agent-steps", type=int, default=None, metavar="N",
+                   help="--retrieval agent: tool calls at most per round (default 5)")
     p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
                    help="experience memory (default on for ask, off for eval): seed the search with the plans of "
                         "earlier validated answers to similar questions, and store this run's; --no-memory: neither")

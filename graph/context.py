@@ -29,6 +29,11 @@ def _fits(value: Any, expected: type) -> bool:
 
 @dataclass(frozen=True)
 class AskConfig:
+    retrieval: Literal["pipeline", "agent"] = field(default="pipeline", metadata={
+        "help": "pipeline (default): the planned hybrid search; agent: the retrieval agent calls the tool registry's "
+                "tools step by step, following the store's active instructions (docrefrag agent show; "
+                "agents/tool_agent.py), and hands the pages it found to the answer agent"})
+    agent_steps: int = field(default=5, metadata={"help": "retrieval agent: tool calls at most per round"})
     max_rounds: int = field(default=2, metadata={"help": "retrieval rounds at most (1 = no refinement)"})
     tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined (and, "
                                                           "after the last round, the answer withheld; see abstain)"})
@@ -92,6 +97,11 @@ class AskConfig:
         for name in ("answerer", "reranker"):
             if getattr(self, name) not in ("reader", "chat"):
                 raise ValueError(f"{name} must be 'reader' or 'chat', got {getattr(self, name)!r}")
+        if self.retrieval not in ("pipeline", "agent"):
+            raise ValueError(f"retrieval must be 'pipeline' or 'agent', got {self.retrieval!r}")
+        if self.agent_steps < 1:
+            raise ValueError(f"agent_steps is the retrieval agent's tool calls per round and must be >= 1, "
+                             f"got {self.agent_steps}")
         if self.fusion not in METHODS:
             raise ValueError(f"fusion must be one of {', '.join(METHODS)}, got {self.fusion!r}")
         for name in ("hyde", "decompose"):
