@@ -29,11 +29,6 @@ def _fits(value: Any, expected: type) -> bool:
 
 @dataclass(frozen=True)
 class AskConfig:
-    retrieval: Literal["pipeline", "agent"] = field(default="pipeline", metadata={
-        "help": "pipeline (default): the planned hybrid search; agent: the retrieval agent calls the tool registry's "
-                "tools step by step, following the store's active instructions (docrefrag agent show; "
-                "agents/tool_agent.py), and hands the pages it found to the answer agent"})
-    agent_steps: int = field(default=5, metadata={"help": "retrieval agent: tool calls at most per round"})
     max_rounds: int = field(default=2, metadata={"help": "retrieval rounds at most (1 = no refinement)"})
     tau: float = field(default=0.5, metadata={"help": "validator confidence below which the query is refined (and, "
                                                           "after the last round, the answer withheld; see abstain)"})
@@ -84,6 +79,11 @@ class AskConfig:
     evidence_driver: Literal["score", "llm"] = field(default="score", metadata={
         "help": "evidence graph: what picks the element to open next: score (the best-scored, deterministic, no "
                 "LLM call) or llm (the chat model, among the best-scored few; one call per open)"})
+    retrieval: Literal["pipeline", "agent"] = field(default="pipeline", metadata={
+        "help": "pipeline (default): the planned hybrid search; agent: the retrieval agent calls the tool registry's "
+                "tools step by step, following the store's active instructions (docrefrag agent show; "
+                "agents/tool_agent.py), and hands the pages it found to the answer agent"})
+    agent_steps: int = field(default=5, metadata={"help": "retrieval agent: tool calls at most per round"})
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
