@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 
     from docrefrag.core.reader import DocRefragReader
     from docrefrag.graph.context import AskConfig
-    from docrefrag.graph.memory import StoredPlan
     from docrefrag.graph.run import AskResult, StoredRun
     from docrefrag.graph.runs import RunOptions
+    from docrefrag.indexes.memory_table import StoredPlan
 
 
 logger = logging.getLogger(__name__)
@@ -169,15 +169,11 @@ class DocRefrag(ModelWork):
 
     def plans(self) -> list[StoredPlan]:
         """The plans of the store's experience memory (`docrefrag.graph.memory`), oldest first."""
-        from docrefrag.graph.memory import stored_plans
-
-        return stored_plans(self.open_store())
+        return self.open_store().memory.plans()
 
     def clear_plans(self) -> int:
         """Empty the store's experience memory; the number of plans removed."""
-        from docrefrag.graph.memory import clear_plans
-
-        return clear_plans(self.open_store())
+        return self.open_store().memory.clear()
 
     def llm(self, spec: str | BaseChatModel | None = None, timeout: float = 60, max_retries: int = 2) -> BaseChatModel:
         """A chat model from a spec (see `docrefrag.agents.llm_factory.make_llm`; `timeout` in seconds per read and

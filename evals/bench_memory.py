@@ -68,7 +68,6 @@ def main() -> None:
     from docrefrag.api import DocRefrag
     from docrefrag.evals.run import prepare, run_settings
     from docrefrag.graph.context import AskConfig
-    from docrefrag.graph.memory import clear_plans, stored_plans
     from docrefrag.indexes.hybrid import HybridSearcher
 
     base = AskConfig.from_file(args.config) if args.config else AskConfig()
@@ -80,7 +79,7 @@ def main() -> None:
         llm = dr.llm(args.llm)
         searcher = HybridSearcher(store, dr.embedder)
         reader = dr.reader() if base.needs_reader else None
-        clear_plans(store)
+        store.memory.clear()
         started, results = time.perf_counter(), []
         for name, memory in RUNS:
             config = replace(base, memory=memory)
@@ -88,7 +87,7 @@ def main() -> None:
             out.unlink(missing_ok=True)
             rows = evaluate_answers(store, searcher, llm, first if name == "first" else second, doc_ids, out, config,
                                     True, reader, settings=run_settings(store, llm=llm, reader=reader))
-            results.append(summary(args.benchmark, name, rows) | {"plans_in_memory": len(stored_plans(store))})
+            results.append(summary(args.benchmark, name, rows) | {"plans_in_memory": len(store.memory.plans())})
     print(f"{args.benchmark}, {len(first)} + {len(second)} questions over {len({q.doc_name for q in second})} "
           f"documents, {time.strftime('%Y-%m-%d')}, {machine()}, {time.perf_counter() - started:.0f} s")
     print(json.dumps(results, indent=2))

@@ -2,7 +2,7 @@
 question starts from it.
 
 A run whose answer the validator supported (confidence >= AskConfig.tau, not "Not answerable") writes
-one row of the catalog's `plans` table at its end (`remember`, from graph/run.py): the question and its
+one plan into the store's memory at its end (`remember`, from graph/run.py): the question and its
 query embedding, the documents it was asked over (all the ready ones for a whole-store question), the
 plan's final sub-queries, the evidence it cited (the pages, and the sections: the headings above the
 cited elements in the evidence graph), the graph nodes it ran, its rounds and its validator confidence.
@@ -15,16 +15,13 @@ plan's, deduplicated (so decompose="disagreement" takes it as decomposed), and t
 "memory", "recalled": [{id, similarity, question}], "sub_queries": added, "hints": their cited pages}.
 Memory only seeds the search: the answer is read from, and cited to, the pages retrieved in this run.
 AskConfig.memory=False (`--no-memory`) neither recalls nor stores; retiring a document removes the plans
-over no other (indexes/store_writes.py); `docrefrag memory list|clear` shows or empties the memory.
+over no other. The rows and their queries are the store's part `store.memory` (indexes/memory_table.py);
+`docrefrag memory list|clear` shows or empties the memory.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import sqlite3
-import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,7 +29,9 @@ import numpy as np
 from docrefrag.agents.schemas import Plan
 from docrefrag.agents.tools import node_id
 from docrefrag.core.chunking import box_overlap
+from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.evidence_graph import ROOT
+from docrefrag.indexes.memory_table import StoredPlan
 
 if TYPE_CHECKING:
     from docrefrag.graph.context import AskContext
@@ -43,55 +42,16 @@ logger = logging.getLogger(__name__)
 
 SIMILARITY = 0.8
 RECALL_K = 3
-_COLUMNS = "id, created_at, question, doc_ids, sub_queries, evidence, nodes, rounds, confidence"
-
-
-@dataclass(frozen=True)
-class StoredPlan:
-    id: int
-    created_at: float  # time.time() when it was stored
-    question: str
-    doc_ids: list[str]  # the documents it was asked over
-    sub_queries: list[str]
-    evidence: dict  # "pages": [{doc_id, page}] cited; "sections": [{doc_id, id "PAGE:ELEMENT", text}] above them
-    nodes: list[str]  # the graph nodes the run ran, in first-run order
-    rounds: int
-    confidence: float  # the validator's
-
-
-def _plan(row: tuple) -> StoredPlan:
-    id_, created, question, doc_ids, sub_queries, evidence, nodes, rounds, confidence = row
-    return StoredPlan(id_, created, question, json.loads(doc_ids), json.loads(sub_queries), json.loads(evidence),
-                      json.loads(nodes), rounds, confidence)
 
 
 def _embed(embedder, question: str) -> np.ndarray:
     return np.asarray(embedder.embed_queries([question])[0], dtype=np.float32)
 
 
-def stored_plans(store: Store) -> list[StoredPlan]:
-    """Every plan in the memory, oldest first."""
-    return [_plan(r) for r in store.db.execute(f"SELECT {_COLUMNS} FROM plans ORDER BY id")]
-
-
-def clear_plans(store: Store) -> int:
-    """Empty the memory; the number of plans removed."""
-    with store.db:
-        return store.db.execute("DELETE FROM plans").rowcount
-
-
 def recall(store: Store, embedder, question: str, doc_ids: list[str] | None) -> list[tuple[StoredPlan, float]]:
     """(plan, cosine) of the RECALL_K stored plans nearest `question` at SIMILARITY or above, nearest first,
     of those asked over a document of `doc_ids` (None: the whole store, every plan)."""
-    query = _embed(embedder, question)
-    scope = None if doc_ids is None else set(doc_ids)
-    found = []
-    for embedding, *row in store.db.execute(f"SELECT embedding, {_COLUMNS} FROM plans"):
-        plan = _plan(tuple(row))
-        similarity = float(query @ np.frombuffer(embedding, dtype=np.float32))
-        if similarity >= SIMILARITY and (scope is None or scope & set(plan.doc_ids)):
-            found.append((plan, similarity))
-    return sorted(found, key=lambda f: (-f[1], -f[0].id))[:RECALL_K]
+    return store.memory.nearest(_embed(embedder, question), SIMILARITY, RECALL_K, doc_ids)
 
 
 def seed_plan(plan: Plan, question: str, doc_ids: list[str] | None, ctx: AskContext) -> tuple[Plan, list[dict]]:
@@ -125,16 +85,12 @@ def remember(store: Store, embedder, result: AskResult, doc_ids: list[str] | Non
     pages = list(dict.fromkeys((c["doc_id"], c["page"]) for claim in result.claims for c in claim["citations"]))
     evidence = {"pages": [{"doc_id": d, "page": p} for d, p in pages],
                 "sections": _sections(store, [c for claim in result.claims for c in claim["citations"]])}
-    row = (time.time(), result.question, _embed(embedder, result.question).tobytes(),
-           json.dumps(doc_ids if doc_ids is not None else store.ready_ids()),
-           json.dumps(plan.get("sub_queries") or [result.question]), json.dumps(evidence),
-           json.dumps(list(dict.fromkeys(e["node"] for e in result.trace))), result.rounds, result.confidence)
     try:
-        with store.db:
-            return store.db.execute("INSERT INTO plans (created_at, question, embedding, doc_ids, sub_queries, "
-                                    "evidence, nodes, rounds, confidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                    row).lastrowid
-    except sqlite3.OperationalError as e:
+        return store.memory.add(result.question, _embed(embedder, result.question),
+                                doc_ids if doc_ids is not None else store.ready_ids(),
+                                plan.get("sub_queries") or [result.question], evidence,
+                                list(dict.fromkeys(e["node"] for e in result.trace)), result.rounds, result.confidence)
+    except StoreError as e:
         logger.warning("the answer's plan was not stored in the experience memory: %s", e)
         return None
 

@@ -8,12 +8,13 @@
     branch_health  each document's measured branch health (indexes/health.py)
     elements, edges, graphs   the evidence graph: nodes, edges, which documents' graphs are built
                    (indexes/evidence_graph.py)
-    plans          the experience memory: each validated answer's question (and its embedding), documents,
-                   sub-queries, cited pages and sections, nodes run, rounds, confidence (graph/memory.py)
+    plans          the experience memory: each validated answer's plan (its schema and queries:
+                   indexes/memory_table.py; what is remembered: graph/memory.py)
     meta           schema, generation (bumped when the ready documents change), encoder and its dim,
                    store id, Qdrant URL
 
-``Store`` (indexes/store.py) opens it and reads and writes these rows.
+``Store`` (indexes/store.py) opens it and reads and writes these rows; the experience memory's are
+its part ``store.memory`` (indexes/memory_table.py).
 """
 
 from __future__ import annotations
@@ -57,11 +58,6 @@ CREATE TABLE IF NOT EXISTS edges (
     PRIMARY KEY (doc_id, src_page, src, dst_page, dst, kind)
 );
 CREATE TABLE IF NOT EXISTS graphs (doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS plans (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, created_at REAL NOT NULL, question TEXT NOT NULL, embedding BLOB NOT NULL,
-    doc_ids TEXT NOT NULL, sub_queries TEXT NOT NULL, evidence TEXT NOT NULL, nodes TEXT NOT NULL,
-    rounds INTEGER NOT NULL, confidence REAL NOT NULL
-);
 """
 
 

@@ -1,7 +1,8 @@
 """The store directory: a SQLite catalog, page renders, the BM25 index and the visual index.
 
     STORE/catalog.sqlite   documents, pages (words, blocks, markdown), page tokens, BM25 chunks,
-                           each document's branch health, the evidence graph (indexes/catalog.py)
+                           each document's branch health, the evidence graph (indexes/catalog.py),
+                           the experience memory (`store.memory`, indexes/memory_table.py)
     STORE/renders/DOC/N.jpg   144 dpi page renders
     STORE/bm25.npz         BM25 term counts of the ready documents (rebuilt when they change)
     STORE/visual/          embedded Qdrant (qdrant-edge) shard, unless a server URL is given
@@ -27,6 +28,7 @@ from docrefrag.indexes.catalog import SCHEMA, SCHEMA_VERSION, ChunkRecord, DocIn
 from docrefrag.indexes.errors import StoreError, UnknownDocumentError
 from docrefrag.indexes.evidence_graph import DocumentGraph
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
+from docrefrag.indexes.memory_table import MemoryTable
 from docrefrag.indexes.store_writes import IngestWrites
 from docrefrag.indexes.writer import ingest_in_progress
 
@@ -51,6 +53,7 @@ class Store(IngestWrites):
             raise StoreError(f"cannot open the store's catalog {catalog} ({e}); check the folder's permissions") from e
         try:
             self._open_catalog()
+            self.memory = MemoryTable(self.db)  # the experience memory's plans
             self._check(qdrant_url)
         except sqlite3.OperationalError as e:  # locked, read-only, disk full: the catalog itself may be fine
             self.db.close()

@@ -23,6 +23,7 @@ from docrefrag.core.page import Block, Word
 from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes import evidence_graph
 from docrefrag.indexes.catalog import DocInfo
+from docrefrag.indexes.memory_table import MemoryTable
 from docrefrag.indexes.pages import ParsedPage
 
 
@@ -30,6 +31,7 @@ class IngestWrites:
     """The ingest's writes, a part of ``Store`` (indexes/store.py): they use its catalog, folder and indexes."""
 
     db: sqlite3.Connection
+    memory: MemoryTable
     root: Path
     text_dim: int
 
@@ -133,9 +135,7 @@ class IngestWrites:
     def _delete_rows(self, doc_id: str) -> None:
         for table in ("chunks", "tokens", "pages", "branch_health", "elements", "edges", "graphs", "documents"):
             self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
-        # the experience memory's plans (graph/memory.py) asked over no document that is left
-        self.db.execute("DELETE FROM plans WHERE NOT EXISTS (SELECT 1 FROM json_each(plans.doc_ids) j "
-                        "JOIN documents d ON d.doc_id = j.value)")
+        self.memory.drop_orphans()  # the experience memory's plans asked over no document that is left
 
     def _bump_generation(self) -> None:
         self.db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")

@@ -332,10 +332,8 @@ def report(tmp_path_factory, ingest) -> tuple[Path, str]:
 def _report_memory_empty(request) -> None:
     """A test that uses the report finds no plan of an earlier test in its experience memory (graph/memory.py)."""
     if "report" in request.fixturenames:
-        from docrefrag.graph.memory import clear_plans
-
         with Store(request.getfixturevalue("report")[0]) as store:
-            clear_plans(store)
+            store.memory.clear()
 
 
 @pytest.fixture(scope="module")
