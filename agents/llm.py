@@ -4,7 +4,8 @@
 chat template (`make_llm("local:...")` in agents/llm_factory.py builds it from an `--llm` value).
 It decodes with the token loop shared with the reader (`decoding.token_steps`), streams, honours
 stop sequences, reports usage and log-probabilities, and scores yes/no prompts (`yes_probabilities`,
-the chat reranker). Remote OpenAI-compatible servers are agents/endpoint.py.
+the chat reranker). Remote OpenAI-compatible servers are agents/endpoint.py. `is_local_model` is the one
+test of whether a chat model is this local one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from langchain_core.callbacks import CallbackManagerForLLMRun
@@ -198,3 +199,10 @@ class LocalChatModel(BaseChatModel):
                                **{cache_kw(lm.model): cache})
             self._prefix.keep(ids, cache)
         return out.logits[0, -1].float()
+
+
+def is_local_model(llm: object) -> TypeGuard[LocalChatModel]:
+    """Whether `llm` is a chat model on this machine (`LocalChatModel`): the one test of "local", where a
+    decision needs the model's own logits (P("Yes") for the judge and the chat reranker) or its own
+    generation options (`max_new_tokens`, not an endpoint's `max_tokens`)."""
+    return isinstance(llm, LocalChatModel)

@@ -13,7 +13,7 @@ import torch
 
 from docrefrag.agents import prompts
 from docrefrag.agents.answer import page_texts
-from docrefrag.agents.llm import LocalChatModel
+from docrefrag.agents.llm import LocalChatModel, is_local_model
 from docrefrag.core.reader import DocRefragReader
 from docrefrag.indexes.store import Store
 
@@ -53,7 +53,7 @@ def check_reranker(kind: str, reader: DocRefragReader | None, llm) -> None:
     """A clear error when the scorer `kind` ("reader" or "chat") lacks its model."""
     if kind == "reader" and reader is None:
         raise ValueError("reranking with the Doc-REFRAG reader needs a reader: pass reader=...")
-    if kind == "chat" and not isinstance(llm, LocalChatModel):
+    if kind == "chat" and not is_local_model(llm):
         raise ValueError(f"the chat reranker reads P('Yes') from a local model's logits; the chat model is "
                          f"{type(llm).__name__}: use --llm local or local:DIR, or --reranker reader")
     if kind not in ("reader", "chat"):

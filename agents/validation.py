@@ -24,6 +24,7 @@ from langchain_core.language_models import BaseChatModel
 from docrefrag.agents.answer import PageText, answer_messages, is_unanswerable, page_passages
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.forms import lexical_support, number_values
+from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.schemas import Claim, Verdict
 
 BEFORE, AFTER = 2, 5  # passages around a short one that states an anchor of the question (a heading, a caption)
@@ -82,7 +83,7 @@ def validate(question: str, answer: str, claims: list[Claim], pages: list[PageTe
     scores = [lexical]
     if llm is not None:
         messages = answer_messages(question, source or pages, answer)  # the answer's prompt, then the question
-        if hasattr(llm, "yes_probabilities"):  # a local model: its P(Yes), not only which word wins
+        if is_local_model(llm):  # its P(Yes), not only which word wins
             scores.append(llm.yes_probabilities([messages])[0])
         else:
             reply = invoke_llm(llm, messages, stop=["\n"])

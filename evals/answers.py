@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.forms import lexical_support
-from docrefrag.agents.llm import LocalChatModel
+from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.datasets import Question, mmlongbench_format
 from docrefrag.evals.extraction import extraction_messages, parse_extraction
@@ -57,7 +57,7 @@ def extract_answer(extractor: BaseChatModel, question: str, response: str) -> tu
     """(answer, answer format, the extractor's raw reply) under the official extraction protocol."""
     (user, prefill) = extraction_messages(question, response)
     messages = [HumanMessage(user["content"]), AIMessage(prefill["content"])]
-    if isinstance(extractor, LocalChatModel):
+    if is_local_model(extractor):
         extractor = extractor.bind(max_new_tokens=EXTRACTION_MAX_TOKENS)
     elif isinstance(extractor, ChatOpenAI):
         extractor = extractor.bind(max_tokens=EXTRACTION_MAX_TOKENS, temperature=0)

@@ -9,6 +9,7 @@ from datetime import date
 from pathlib import Path
 
 from docrefrag.agents.planner import plan_question
+from docrefrag.core.reader import DocRefragReader
 from docrefrag.evals.answers import evaluate_answers, summarise
 from docrefrag.evals.datasets import Benchmark, document_sources, load_questions, split_available
 from docrefrag.evals.report import answers_markdown, latency_histogram, recall_curves
@@ -47,9 +48,10 @@ def model_identity(model) -> dict | None:
     """What names a chat model or a Doc-REFRAG reader in a run's settings (None: not used)."""
     if model is None:
         return None
-    if hasattr(model, "checkpoint_id"):  # a DocRefragReader
+    if isinstance(model, DocRefragReader):
         return {"reader": model.checkpoint_id, "decoder": model.decoder_id}
-    return {"type": model._llm_type, **model._identifying_params,
+    identity = model.asdict()  # a LangChain chat model: its identifying parameters and "_type"
+    return {"type": identity.pop("_type"), **identity,
             "base_url": getattr(model, "openai_api_base", None)}  # an OpenAI-compatible endpoint's address
 
 
