@@ -5,6 +5,8 @@
     python -m docrefrag.evals.reader_evals selectors [--mmlongbench DATA --store STORE] [--limit N] [--plot PNG]
     python -m docrefrag.evals.reader_evals answer-loss [--mmlongbench DATA --store STORE] [--limit N]
     python -m docrefrag.evals.reader_evals recall [--checkpoint DIR] [--limit N] [--stated DIR --store STORE]
+    python -m docrefrag.evals.reader_evals compare [--stated DIR | --longdocurl DIR] [--store STORE] [--warmstart DIR]
+    python -m docrefrag.evals.reader_evals full-text (--stated DIR | --longdocurl DIR) --store STORE [--pages 3]
 
 - reconstruction: held-out dense-text pages of 500-4,000 characters; the reader's reading of the page
   against the beginning of its text (ANLS, threshold 0.5, and normalised-Levenshtein similarity),
@@ -23,6 +25,8 @@
   0.2, 0.3} (docs/decisions/selector.md); with `--stated`, on the stated-facts reports instead
   (`python -m docrefrag.evals.stated_facts DIR`, ingested into STORE), each answerable question over its
   evidence page and other pages of its report.
+- compare, full-text: the selectors side by side (recall, the gold answer's log-likelihood, answer accuracy,
+  selection time) and the reader against full text (accuracy, time to first token): `reader_compare`.
 
 Every reading goes through `DocRefragReader.build` with the pages' region words, as `ask` reads.
 """
@@ -178,6 +182,14 @@ def stated_examples(data: Path, store, pages: int = 3, seed: int = 0) -> list:
     """The answerable questions of a stated-facts set (`data`/samples.json; its reports ingested into
     `store`) as labelled QA examples over their evidence pages and other pages of their report, `pages` in
     all, shuffled; a question none of whose chunks is labelled is left out."""
+    return [ex for ex, _ in dev_examples(data, store, "mmlongbench", pages, seed)]
+
+
+def dev_examples(data: Path, store, benchmark: str, pages: int = 3, seed: int = 0) -> list[tuple]:
+    """(labelled QA example, its `Question`) for the answerable questions of a benchmark-style set
+    (`data`/samples.json, its documents ingested into `store`) whose evidence pages are at most `pages`:
+    over those pages and other pages of the document, `pages` in all, shuffled; a question none of whose
+    chunks is labelled is left out."""
     import random
 
     from docrefrag.core.chunk_labels import page_labels
@@ -187,17 +199,43 @@ def stated_examples(data: Path, store, pages: int = 3, seed: int = 0) -> list:
 
     docs = {d.name: d for d in store.documents() if d.status == "ready"}
     rng, examples = random.Random(seed), []
-    for q in load_questions("mmlongbench", data / "samples.json"):
+    for q in load_questions(benchmark, data / "samples.json"):
         doc = docs.get(q.doc_name)
-        if not q.answerable or doc is None:
+        if (not q.answerable or doc is None or len(q.evidence_pages) > pages
+                or not all(1 <= p <= doc.n_pages for p in q.evidence_pages)):
             continue
         others = [p for p in range(1, doc.n_pages + 1) if p not in q.evidence_pages]
         keys = [(doc.doc_id, p) for p in [*q.evidence_pages, *rng.sample(others, pages - len(q.evidence_pages))]]
         rng.shuffle(keys)
         labels = page_labels([store.page(*key) for key in keys], q.question, q.answer, GRID, CHUNK_K)
         if labels:
-            examples.append(Example("qa", q.question, keys, q.answer, mmlongbench_format(q), labels=labels))
+            examples.append((Example("qa", q.question, keys, q.answer, mmlongbench_format(q), labels=labels), q))
     return examples
+
+
+def dev_readings(reader, data: Path, store, benchmark: str, limit: int) -> list:
+    """`reader_compare.Reading`s of `dev_examples`, scored by the benchmark's official rules."""
+    from docrefrag.evals.answers import score
+    from docrefrag.evals.reader_compare import Reading
+
+    readings = []
+    for ex, q in dev_examples(data, store, benchmark)[:limit]:
+        tokens, regions = read_pages(reader, lambda keys: (store.stacked_tokens(keys), [store.page(*k) for k in keys]),
+                                     ex.pages)
+        readings.append(Reading(ex, tokens, regions, lambda pred, q=q: score(q, pred)))
+    return readings
+
+
+def heldout_readings(reader, trainer, limit: int) -> list:
+    """`reader_compare.Reading`s of the held-out documents' labelled multi-page QA draws (as `recall`)."""
+    from docrefrag.evals.reader_compare import Reading
+
+    readings = []
+    for step in range(limit):
+        ex = trainer.sampler.labelled_qa(step, "multi")
+        readings.append(Reading(ex, trainer.tokens(ex.pages), trainer.regions(reader, ex.pages),
+                                lambda pred, ex=ex: mmlongbench_score(ex.target, pred, ex.answer_format)))
+    return readings
 
 
 def heldout_trainer(work: Path, docs: int = 4, pages: int = 6):
@@ -264,15 +302,26 @@ def main(argv: list[str] | None = None) -> int:
     from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
 
     parser = argparse.ArgumentParser(prog="python -m docrefrag.evals.reader_evals")
-    parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss", "recall"])
+    parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss", "recall",
+                                         "compare", "full-text"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
     parser.add_argument("--mmlongbench", type=Path, default=None,
                         help="selectors on this dev-set folder (with --store)")
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--stated", type=Path, default=None,
                         help="recall on this stated-facts folder (with --store, where its reports are ingested)")
-    parser.add_argument("--limit", type=int, default=30, help="questions (selectors, answer-loss); examples per task "
-                                                               "(training-tasks)")
+    parser.add_argument("--longdocurl", type=Path, default=None,
+                        help="compare, full-text on this LongDocURL folder (samples.json; with --store)")
+    parser.add_argument("--limit", type=int, default=30, help="questions (selectors, answer-loss, full-text); examples "
+                                                               "per task (training-tasks); readings (recall, compare)")
+    parser.add_argument("--docs", type=int, default=8, help="recall, compare: held-out documents (seeds from 90000)")
+    parser.add_argument("--answers", type=int, default=16,
+                        help="compare: the first N readings also scored by log-likelihood and answer accuracy")
+    parser.add_argument("--warmstart", type=Path, default=None,
+                        help="compare: the supervised-only selector from this warm-start checkpoint")
+    parser.add_argument("--pages", type=int, default=3, help="full-text: the fused top pages read per question")
+    parser.add_argument("--p", type=float, default=0.2, help="full-text: the reader's budget")
+    parser.add_argument("--markdown", type=Path, default=None, help="compare, full-text: the table also to this file")
     parser.add_argument("--noisy-pages", type=int, nargs=2, default=(3, 6))
     parser.add_argument("--work", type=Path, default=Path("runs/reader-evals"))
     parser.add_argument("--json", type=Path, default=None)
@@ -281,8 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     encoder = default_encoder()
     reader = load_reader(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
+    table = None
     if args.what == "reconstruction":
         rows = reconstruction(reader)
+    elif args.what in ("compare", "full-text"):
+        rows, table = compare_command(args, reader) if args.what == "compare" else full_text_command(args, reader)
     elif args.what == "recall" and args.stated:
         from docrefrag.indexes.store import Store
 
@@ -291,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = recall(reader, examples, lambda keys: torch.from_numpy(store.stacked_tokens(keys)),
                           recall_selectors(reader))
     elif args.what in ("training-tasks", "recall"):
-        trainer = heldout_trainer(args.work / f"heldout-{args.what}")
+        trainer = heldout_trainer(args.work / f"heldout-{args.what}", docs=args.docs if args.what == "recall" else 4)
         try:
             with torch.no_grad():
                 if args.what == "training-tasks":
@@ -320,8 +372,55 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(rows, indent=1)
     if args.json:
         args.json.write_text(text)
-    print(text)
+    if table and args.markdown:
+        args.markdown.write_text(table + "\n")
+    print(table or text)
     return 0
+
+
+def compare_command(args, reader) -> tuple[list[dict], str]:
+    """`compare` on the held-out documents, or on --stated / --longdocurl with --store."""
+    from docrefrag.evals.reader_compare import checkpoint_selector, compare, compare_markdown, selector_factories
+
+    supervised = checkpoint_selector(args.warmstart, reader) if args.warmstart else None
+    factories = selector_factories(reader, supervised)
+    data = args.stated or args.longdocurl
+    if data:
+        from docrefrag.indexes.store import Store
+
+        with Store(args.store) as store, torch.no_grad():
+            readings = dev_readings(reader, data, store, "mmlongbench" if args.stated else "longdocurl", args.limit)
+        rows = compare(reader, readings, factories, answers=args.answers)
+    else:
+        trainer = heldout_trainer(args.work / "heldout-recall", docs=args.docs)
+        try:
+            with torch.no_grad():
+                readings = heldout_readings(reader, trainer, args.limit)
+            rows = compare(reader, readings, factories, answers=args.answers)
+        finally:
+            trainer.close()
+    return rows, compare_markdown(rows)
+
+
+def full_text_command(args, reader) -> tuple[list[dict], str]:
+    """`full-text` on --stated or --longdocurl, ingested into --store."""
+    from docrefrag.core.page_encoder import default_encoder
+    from docrefrag.evals.answers import score
+    from docrefrag.evals.datasets import load_questions
+    from docrefrag.evals.reader_compare import full_text, full_text_markdown
+    from docrefrag.indexes.hybrid import HybridSearcher
+    from docrefrag.indexes.store import Store
+
+    data = args.stated or args.longdocurl
+    if data is None or args.store is None:
+        raise SystemExit("full-text reads a question set: pass --stated DIR or --longdocurl DIR, and --store STORE")
+    with Store(args.store) as store:
+        doc_ids = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+        questions = [q for q in load_questions("mmlongbench" if args.stated else "longdocurl", data / "samples.json")
+                     if q.doc_name in doc_ids][:args.limit]
+        searcher = HybridSearcher(store, default_encoder().embedder)
+        rows = full_text(reader, store, searcher, questions, doc_ids, score, args.pages, args.p)
+    return rows, full_text_markdown(rows)
 
 
 if __name__ == "__main__":
