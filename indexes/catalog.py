@@ -7,7 +7,7 @@
     tombstones     retired documents whose vectors and renders are still to be removed
     branch_health  each document's measured branch health (indexes/health.py)
     elements, edges, graphs   the evidence graph: nodes, edges, which documents' graphs are built
-                   (indexes/evidence_graph.py)
+                   (their schema and queries: indexes/evidence_graph.py)
     plans          the experience memory: each validated answer's plan (its schema and queries:
                    indexes/memory_table.py; what is remembered: graph/memory.py)
     meta           schema, generation (bumped when the ready documents change), encoder and its dim,
@@ -47,17 +47,6 @@ CREATE TABLE IF NOT EXISTS tombstones (doc_id TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS branch_health (
     doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL, sparse REAL, dense REAL, queries INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS elements (
-    doc_id TEXT NOT NULL, page INTEGER NOT NULL, element INTEGER NOT NULL, kind TEXT NOT NULL, level INTEGER,
-    size REAL NOT NULL, x0 REAL NOT NULL, y0 REAL NOT NULL, x1 REAL NOT NULL, y1 REAL NOT NULL, text TEXT NOT NULL,
-    words INTEGER NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (doc_id, page, element)
-);
-CREATE TABLE IF NOT EXISTS edges (
-    doc_id TEXT NOT NULL, src_page INTEGER NOT NULL, src INTEGER NOT NULL, dst_page INTEGER NOT NULL,
-    dst INTEGER NOT NULL, kind TEXT NOT NULL, weight REAL NOT NULL, scope TEXT NOT NULL,
-    PRIMARY KEY (doc_id, src_page, src, dst_page, dst, kind)
-);
-CREATE TABLE IF NOT EXISTS graphs (doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL);
 """
 
 

@@ -14,6 +14,7 @@ document-level edges in one transaction, replacing any from before:
 A store ingested before the graph existed is upgraded on first use (`DocumentGraph.load`) or by
 `docrefrag ingest --upgrade`: the graph is rebuilt from the stored pages and tokens, no re-parsing.
 GRAPH_VERSION changes whenever the built graph would; an older graph is rebuilt the same way.
+Its tables (`SCHEMA`: elements, edges, graphs) are read and written here only.
 """
 
 from __future__ import annotations
@@ -33,6 +34,26 @@ SIMILAR_K = 3
 MIN_SIMILAR_WORDS = 3  # shorter elements (page numbers, labels) get no semantic neighbours
 Node = tuple[int, int]
 ROOT: Node = (0, 0)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS elements (
+    doc_id TEXT NOT NULL, page INTEGER NOT NULL, element INTEGER NOT NULL, kind TEXT NOT NULL, level INTEGER,
+    size REAL NOT NULL, x0 REAL NOT NULL, y0 REAL NOT NULL, x1 REAL NOT NULL, y1 REAL NOT NULL, text TEXT NOT NULL,
+    words INTEGER NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (doc_id, page, element)
+);
+CREATE TABLE IF NOT EXISTS edges (
+    doc_id TEXT NOT NULL, src_page INTEGER NOT NULL, src INTEGER NOT NULL, dst_page INTEGER NOT NULL,
+    dst INTEGER NOT NULL, kind TEXT NOT NULL, weight REAL NOT NULL, scope TEXT NOT NULL,
+    PRIMARY KEY (doc_id, src_page, src, dst_page, dst, kind)
+);
+CREATE TABLE IF NOT EXISTS graphs (doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL);
+"""
+
+
+def delete(db: sqlite3.Connection, doc_id: str) -> None:
+    """Remove the document's graph (in the caller's transaction)."""
+    for table in ("elements", "edges", "graphs"):
+        db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
 
 
 def write_page(db: sqlite3.Connection, doc_id: str, page: int, width: float, height: float, words: list[Word],

@@ -26,6 +26,7 @@ from docrefrag.core.page_encoder import PageTokens
 from docrefrag.indexes.bm25 import BM25Index
 from docrefrag.indexes.catalog import SCHEMA, SCHEMA_VERSION, ChunkRecord, DocInfo, PageRecord, unfinished_summary
 from docrefrag.indexes.errors import StoreError, UnknownDocumentError
+from docrefrag.indexes.evidence_graph import SCHEMA as GRAPH_SCHEMA
 from docrefrag.indexes.evidence_graph import DocumentGraph
 from docrefrag.indexes.health import VERSION as HEALTH_VERSION
 from docrefrag.indexes.memory_table import MemoryTable
@@ -110,6 +111,7 @@ class Store(IngestWrites):
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        self.db.executescript(GRAPH_SCHEMA)
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             self.db.execute("INSERT OR IGNORE INTO meta VALUES ('generation', '0')")

@@ -133,8 +133,9 @@ class IngestWrites:
                 self.db.execute("DELETE FROM tombstones WHERE doc_id = ?", (doc_id,))
 
     def _delete_rows(self, doc_id: str) -> None:
-        for table in ("chunks", "tokens", "pages", "branch_health", "elements", "edges", "graphs", "documents"):
+        for table in ("chunks", "tokens", "pages", "branch_health", "documents"):
             self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
+        evidence_graph.delete(self.db, doc_id)
         self.memory.drop_orphans()  # the experience memory's plans asked over no document that is left
 
     def _bump_generation(self) -> None:
