@@ -83,9 +83,10 @@ def selector_factories(reader, supervised: ChunkSelector | None = None) -> dict[
 
 
 def compare(reader, readings: list[Reading], factories: dict[str, SelectorFactory], ps=PS, answers: int = 16,
-            show_progress: bool = True) -> list[dict]:
+            answer_ps=PS, show_progress: bool = True) -> list[dict]:
     """One row per (p, selector): recall of the labelled chunks (every reading), the gold answer's mean
-    log-probability and the answer's official score (the first `answers` readings), selection time."""
+    log-probability and the answer's official score (the first `answers` readings, at the budgets
+    `answer_ps`: a decoded answer costs seconds on a CPU), selection time."""
     cells = {(p, name): {"recall": [], "logprob": [], "score": [], "select_ms": []} for p in ps for name in factories}
     with torch.no_grad():
         for index, r in enumerate(tqdm(readings, desc="compare", unit="reading", disable=not show_progress)):
@@ -99,7 +100,7 @@ def compare(reader, readings: list[Reading], factories: dict[str, SelectorFactor
                     if p == ps[0]:  # the first selection of a reading pays for any scoring pass
                         cell["select_ms"].append((time.perf_counter() - start) * 1000)
                     cell["recall"].append(sum(bool(expand[i, j]) for i, j in r.ex.labels) / len(r.ex.labels))
-                    if index < answers:
+                    if index < answers and p in answer_ps:
                         seq = reader.build(r.ex.prompt, chunks, expand, r.regions, ANSWER_SUFFIX)
                         cell["logprob"].append(reader.answer_reward(seq, r.ex.target))
                         ids, _, _ = reader.decode(seq.embeds, reader.config.max_new_tokens, time.perf_counter(), True)
@@ -127,11 +128,11 @@ def compare_markdown(rows: list[dict]) -> str:
     ps = sorted({r["p"] for r in rows})
     names = list(dict.fromkeys(r["selector"] for r in rows))
     cell = {(r["p"], r["selector"]): r for r in rows}
-    first = rows[0]
     head = (["selector"] + [f"recall p={p}" for p in ps] + [f"log-lik. p={p}" for p in ps]
             + [f"accuracy p={p}" for p in ps] + ["selection ms (p50)"])
-    lines = [f"readings: {first['readings']} (recall), {first['answers']} (log-likelihood of the gold answer, "
-             "accuracy)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    answers = max(r["answers"] for r in rows)
+    lines = [f"readings: {rows[0]['readings']} (recall), {answers} (log-likelihood of the gold answer, accuracy)", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def fmt(value: float | None, se: float | None = None) -> str:
         return "-" if value is None else f"{value:.3f}" + (f" ± {se:.3f}" if se is not None else "")

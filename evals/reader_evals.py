@@ -317,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=8, help="recall, compare: held-out documents (seeds from 90000)")
     parser.add_argument("--answers", type=int, default=16,
                         help="compare: the first N readings also scored by log-likelihood and answer accuracy")
+    parser.add_argument("--answer-ps", type=float, nargs="+", default=[0.1, 0.2, 0.3],
+                        help="compare: the budgets at which the answers are scored (recall: at 0.1, 0.2 and 0.3)")
     parser.add_argument("--warmstart", type=Path, default=None,
                         help="compare: the supervised-only selector from this warm-start checkpoint")
     parser.add_argument("--pages", type=int, default=3, help="full-text: the fused top pages read per question")
@@ -390,13 +392,13 @@ def compare_command(args, reader) -> tuple[list[dict], str]:
 
         with Store(args.store) as store, torch.no_grad():
             readings = dev_readings(reader, data, store, "mmlongbench" if args.stated else "longdocurl", args.limit)
-        rows = compare(reader, readings, factories, answers=args.answers)
+        rows = compare(reader, readings, factories, answers=args.answers, answer_ps=tuple(args.answer_ps))
     else:
         trainer = heldout_trainer(args.work / "heldout-recall", docs=args.docs)
         try:
             with torch.no_grad():
                 readings = heldout_readings(reader, trainer, args.limit)
-            rows = compare(reader, readings, factories, answers=args.answers)
+            rows = compare(reader, readings, factories, answers=args.answers, answer_ps=tuple(args.answer_ps))
         finally:
             trainer.close()
     return rows, compare_markdown(rows)
