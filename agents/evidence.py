@@ -12,8 +12,8 @@ After each open, candidates below PRUNE times the best opened score are dropped.
 the tokens left is dropped, unless it is bigger than the whole budget: it is then opened cut to the tokens
 left (so one long table is not lost to a small budget). Same inputs, same moves (ties: the lower node id).
 
-With a `choose` function (`chat_chooser`: AskConfig.evidence_driver="llm") a chat model picks which of the
-CHOICES best-scored candidates to open next, or ends the walk; the budgets bind as before.
+With a `choose` function (`chat_chooser`: AskConfig.evidence_budgets.evidence_driver="llm") a chat model picks
+which of the CHOICES best-scored candidates to open next, or ends the walk; the budgets bind as before.
 
 Departures from MAGE-RAG: the evidence is text (each element's words; no region crops for a vision
 model), the moves follow this fixed score unless a chat model picks among the best few, and there is no

@@ -23,13 +23,9 @@ from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.schemas import EvidenceType, Plan
 from docrefrag.indexes.bm25 import STOPWORDS
+from docrefrag.indexes.fusion import DISAGREEMENT
 
 logger = logging.getLogger(__name__)
-
-# The plan's LLM parts (HyDE, sub-queries) in mode "disagreement" are written only when the question's own
-# search finds the branches' rankings uncorrelated or opposed: query disagreement Q = (1 - Spearman rho) / 2
-# at or above this (the measurements behind 0.5: docs/decisions/planner.md).
-DISAGREEMENT = 0.5
 
 
 def disagrees(query_disagreement: float, threshold: float = DISAGREEMENT) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
     from docrefrag.core.reader import DocRefragReader
     from docrefrag.graph.context import AskConfig
-    from docrefrag.graph.run import AskResult, StoredRun
+    from docrefrag.graph.run import AskResult, AskRun, StoredRun
     from docrefrag.graph.runs import RunOptions
     from docrefrag.indexes.memory_table import StoredPlan
 
@@ -61,10 +62,12 @@ class DocRefrag(ModelWork):
     bench and training, and the model weights (`docrefrag.api_models`)."""
 
     def __init__(self, store: Path | str | None = None, qdrant_url: str | None = None,
-                 qdrant_api_key: str | None = None) -> None:
+                 qdrant_api_key: str | None = None, llm_timeout: float = 60, llm_retries: int = 2) -> None:
+        """`llm_timeout` (seconds per read) and `llm_retries`: the chat models made from `openai:` specs."""
         self.store_path = Path(store).expanduser() if store is not None else default_store()
         self.qdrant_url = qdrant_url
         self.qdrant_api_key = qdrant_api_key or os.environ.get("QDRANT_API_KEY")
+        self.llm_timeout, self.llm_retries = llm_timeout, llm_retries
         self._store: Store | None = None
         self._embedder = None
         self._encoder = None
@@ -140,8 +143,7 @@ class DocRefrag(ModelWork):
         if not query.strip():
             raise ValueError("the query is empty; pass some words to search for")
         store = self.usable_store()
-        doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
-        return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=doc_ids, method=method)
+        return HybridSearcher(store, self.embedder).search(query, k=k, doc_ids=self._doc_ids(store, doc), method=method)
 
     def usable_store(self) -> Store:
         """The store, checked before any model loads (seconds): it has documents and its visual index
@@ -175,9 +177,11 @@ class DocRefrag(ModelWork):
         """Empty the store's experience memory; the number of plans removed."""
         return self.open_store().memory.clear()
 
-    def llm(self, spec: str | BaseChatModel | None = None, timeout: float = 60, max_retries: int = 2) -> BaseChatModel:
+    def llm(self, spec: str | BaseChatModel | None = None, timeout: float | None = None,
+            max_retries: int | None = None) -> BaseChatModel:
         """A chat model from a spec (see `docrefrag.agents.llm_factory.make_llm`; `timeout` in seconds per read and
-        `max_retries` apply to `openai:` endpoints); the local default is shared."""
+        `max_retries` apply to `openai:` endpoints, by default this object's `llm_timeout` and `llm_retries`);
+        the local default is shared."""
         from langchain_core.language_models import BaseChatModel
 
         from docrefrag.agents.llm_factory import make_llm
@@ -188,7 +192,8 @@ class DocRefrag(ModelWork):
             if self._llm is None:
                 self._llm = make_llm("local")
             return self._llm
-        return make_llm(spec, timeout=timeout, max_retries=max_retries)
+        return make_llm(spec, timeout=self.llm_timeout if timeout is None else timeout,
+                        max_retries=self.llm_retries if max_retries is None else max_retries)
 
     def ask(self, question: str, doc: str | Sequence[str] | None = None, llm: str | BaseChatModel | None = None,
             config: AskConfig | None = None, on_event: Callable[[str, dict], None] | None = None,
@@ -201,9 +206,13 @@ class DocRefrag(ModelWork):
         error carries its id, and `resume` continues it. `checkpoint` is the Doc-REFRAG reader's
         (default: the one shipped in the package).
         """
+        from docrefrag.graph.run import AskRun
+        from docrefrag.graph.runs import new_run_id
+
         check_question(question)
-        return self._run(self.usable_store(), question, doc, llm, config, on_event, thread_id, nodes, checkpoint,
-                         resume=False)
+        store = self.usable_store()
+        run = AskRun(question, thread_id or new_run_id(), self._doc_ids(store, doc))
+        return self._run(store, _AskCall(run, llm, config, checkpoint, on_event, nodes))
 
     def resume(self, thread_id: str, llm: str | BaseChatModel | None = None, config: AskConfig | None = None,
                on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None,
@@ -211,19 +220,21 @@ class DocRefrag(ModelWork):
         """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
         with its own question and documents and the options it was started with (`docrefrag.graph.runs`): an
         option left None takes the stored value; one that differs from it is refused (ValueError)."""
+        from docrefrag.graph.run import AskRun
+
         store = self.usable_store()
         options = self.resume_options(thread_id, llm, config, checkpoint)
-        return self._run(store, "", None, _model_object(llm) or options.llm, options.config, on_event, thread_id,
-                         nodes, options.checkpoint, resume=True)
+        return self._run(store, _AskCall(AskRun("", thread_id, resume=True), _model_object(llm) or options.llm,
+                                         options.config, options.checkpoint, on_event, nodes))
 
     def resume_options(self, thread_id: str, llm: str | BaseChatModel | None = None, config: AskConfig | None = None,
                        checkpoint: Path | str | None = None) -> RunOptions:
-        """What `resume` would run `thread_id` with: its stored options, with the given ones where they
+        """What `resume` runs `thread_id` with: its stored options, with the given ones where they
         agree; a given option that differs from the stored one raises ValueError naming both."""
         from docrefrag.graph.runs import recorded_run, resume_options
 
         model = _model_object(llm)
-        return resume_options(thread_id, recorded_run(self._runs_db(self.open_store()), thread_id),
+        return resume_options(thread_id, recorded_run(self._checkpoints(), thread_id),
                               self._spec(model) if model is not None else llm, config,
                               None if checkpoint is None else str(checkpoint), model_given=model is not None)
 
@@ -231,7 +242,7 @@ class DocRefrag(ModelWork):
         """The options run `thread_id` was started with (`docrefrag.graph.runs`), or None for an unknown run."""
         from docrefrag.graph.runs import recorded_run
 
-        return recorded_run(self._runs_db(self.open_store()), thread_id)
+        return recorded_run(self._checkpoints(), thread_id)
 
     def stored_run(self, thread_id: str) -> StoredRun | None:
         """Run `thread_id` as its checkpoints hold it (`docrefrag.graph.run.StoredRun`): finished, with its
@@ -239,7 +250,7 @@ class DocRefrag(ModelWork):
         from docrefrag.graph.run import stored_run
 
         options = self.run_options(thread_id)
-        return stored_run(self._runs_db(self.open_store()), thread_id, options.config if options else None)
+        return stored_run(self._checkpoints(), thread_id, options.config if options else None)
 
     @staticmethod
     def _spec(model: BaseChatModel) -> str | None:
@@ -247,26 +258,43 @@ class DocRefrag(ModelWork):
 
         return llm_spec(model)
 
+    def _checkpoints(self) -> Path:
+        """The store's run checkpoints file (`docrefrag.graph.runs.run_checkpoints`)."""
+        from docrefrag.graph.runs import run_checkpoints
+
+        return run_checkpoints(self.open_store().root)
+
     @staticmethod
-    def _runs_db(store: Store) -> Path:
-        return store.root / "checkpoints.sqlite"
+    def _doc_ids(store: Store, doc: str | Sequence[str] | None) -> list[str] | None:
+        """The ids of the documents `doc` names (ids, id prefixes or names); None for every document."""
+        return None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
 
-    def _run(self, store: Store, question: str, doc, llm, config, on_event, thread_id, nodes, checkpoint,
-             resume: bool) -> AskResult:
-        import uuid
-
+    def _run(self, store: Store, call: _AskCall) -> AskResult:
+        """Load the models `call` needs, record its options (a new run: a resume continues with them) and
+        run it (`docrefrag.graph.run.run_ask`)."""
         from docrefrag.graph.context import AskConfig
-        from docrefrag.graph.run import run_ask
-        from docrefrag.graph.runs import RunOptions, record_run
+        from docrefrag.graph.run import ask_context, run_ask
+        from docrefrag.graph.runs import RunOptions, record_run, run_checkpoints
 
-        doc_ids = None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
-        config = config or AskConfig()
-        chat_model = self.llm(llm)  # a bad --llm fails here, before seconds of loading the reader
-        reader = self.reader(checkpoint) if config.needs_reader else None
-        if not resume:  # a resume continues with these (graph.runs)
-            thread_id = thread_id or uuid.uuid4().hex[:12]
-            record_run(self._runs_db(store), thread_id, RunOptions(
-                llm if isinstance(llm, str) else self._spec(chat_model), config,
-                None if checkpoint is None else str(checkpoint)))
-        return run_ask(store, HybridSearcher(store, self.embedder), chat_model, question, doc_ids, config,
-                       on_event=on_event, thread_id=thread_id, nodes=nodes, reader=reader, resume=resume)
+        config = call.config or AskConfig()
+        chat_model = self.llm(call.llm)  # a bad --llm fails here, before seconds of loading the reader
+        reader = self.reader(call.checkpoint) if config.needs_reader else None
+        context = ask_context(store, HybridSearcher(store, self.embedder), chat_model, config, reader)
+        checkpoints = run_checkpoints(store.root)
+        if not call.run.resume:  # a resume continues with these (graph.runs)
+            record_run(checkpoints, call.run.run_id, RunOptions(
+                call.llm if isinstance(call.llm, str) else self._spec(chat_model), config,
+                None if call.checkpoint is None else str(call.checkpoint)))
+        return run_ask(context, call.run, checkpoints, call.on_event, call.nodes)
+
+
+@dataclass(frozen=True)
+class _AskCall:
+    """One ask or resume as the API received it: the run, and what it runs with."""
+
+    run: AskRun
+    llm: str | BaseChatModel | None  # a spec or a chat model object
+    config: AskConfig | None  # None: the defaults
+    checkpoint: Path | str | None  # the reader's weights; None: the ones shipped in the package
+    on_event: Callable[[str, dict], None] | None
+    nodes: dict | None  # graph nodes replaced (`docrefrag.graph.graph.build_graph`)

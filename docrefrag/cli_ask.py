@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from docrefrag.cli_common import EXIT_OK, api, ask_config, chat_model, check_llm_args
+from docrefrag.cli_common import EXIT_OK, ask_api, ask_config, check_llm_args
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -41,16 +41,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
         check_question(args.question)  # before the store is opened or the embedder loads
     from contextlib import nullcontext
 
-    with api(args) as dr, progress or nullcontext():
+    with ask_api(args) as dr, progress or nullcontext():
         dr.usable_store()  # a busy or empty store is refused before any model loads
-        if args.resume:  # the run's own options, with those given here (a conflicting one is refused)
-            stored = dr.run_options(args.resume)
-            options = dr.resume_options(args.resume, llm=args.llm, config=ask_config(args, stored and stored.config),
-                                        checkpoint=args.checkpoint)  # refused here, before a model loads
-            result = dr.resume(args.resume, llm=chat_model(dr, args, options.llm), config=options.config,
-                               checkpoint=options.checkpoint, on_event=events)
+        if args.resume:  # the options given here over the run's own (a conflicting one is refused, before a
+            stored = dr.run_options(args.resume)  # model loads)
+            result = dr.resume(args.resume, llm=args.llm, config=ask_config(args, stored and stored.config),
+                               checkpoint=args.checkpoint, on_event=events)
         else:
-            result = dr.ask(args.question, doc=args.doc, llm=chat_model(dr, args, args.llm), config=ask_config(args),
+            result = dr.ask(args.question, doc=args.doc, llm=args.llm, config=ask_config(args),
                             checkpoint=args.checkpoint, on_event=events)
         names = {d.doc_id: d.name for d in dr.docs()}
     if args.json:

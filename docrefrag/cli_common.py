@@ -2,7 +2,7 @@
 options name.
 
 The API over --store/--qdrant-url, the chat model of --llm with --llm-timeout/--llm-retries, and the
-ask settings of --config and the answer and planner options (ask and eval run the same graph).
+ask settings of --config and the setting flags (ask and eval run the same graph).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from docrefrag.graph.context import AskConfig
+    from docrefrag.graph.config import AskConfig
 
 EXIT_OK, EXIT_PARTIAL, EXIT_ERROR = 0, 1, 2
 
@@ -26,6 +26,15 @@ def api(args: argparse.Namespace):
     from docrefrag.api import DocRefrag
 
     return DocRefrag(store=args.store, qdrant_url=args.qdrant_url)
+
+
+def ask_api(args: argparse.Namespace):
+    """The API with the chat models of --llm-timeout and --llm-retries (ask: the resumed run's stored --llm too)."""
+    from docrefrag.api import DocRefrag
+
+    check_llm_args(args)
+    return DocRefrag(store=args.store, qdrant_url=args.qdrant_url, llm_timeout=args.llm_timeout,
+                     llm_retries=args.llm_retries)
 
 
 def check_llm_args(args: argparse.Namespace) -> None:
@@ -45,19 +54,15 @@ def reranks(args: argparse.Namespace) -> bool | None:
 
 
 def ask_config(args: argparse.Namespace, base: AskConfig | None = None) -> AskConfig:
-    """The settings of --config and the options given, over `base` (default: the defaults)."""
-    from dataclasses import replace
-
-    from docrefrag.graph.context import AskConfig
+    """The settings of --config and the setting flags given (`cli_parser` makes one per AskConfig setting),
+    over `base` (default: the defaults). --reranker alone turns reranking on; --pages sets the chosen
+    answerer's pages (the reader's, reader_pages, with --answerer reader) unless --reader-pages is given."""
+    from docrefrag.graph.config import AskConfig
 
     config = AskConfig.from_file(args.config, base) if args.config else base or AskConfig()
-    overrides = {"answerer": args.answerer, "rerank": reranks(args), "reranker": args.reranker,
-                 "max_rounds": args.max_rounds, "hyde": getattr(args, "hyde_mode", None),
-                 "decompose": getattr(args, "decompose_mode", None), "evidence": args.evidence,
-                 "evidence_tokens": args.evidence_tokens, "evidence_steps": args.evidence_steps,
-                 "evidence_seconds": args.evidence_seconds, "evidence_driver": args.evidence_driver,
-                 "memory": args.memory, "retrieval": args.retrieval, "agent_steps": args.agent_steps}
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
-    if args.pages is not None:
-        config = replace(config, **{"reader_pages" if config.answerer == "reader" else "pages": args.pages})
-    return config
+    given = {name: getattr(args, name) for name in AskConfig.settings() if getattr(args, name) is not None}
+    if reranks(args) is not None:
+        given["rerank"] = reranks(args)
+    if "pages" in given and "reader_pages" not in given and given.get("answerer", config.reading.answerer) == "reader":
+        given["reader_pages"] = given.pop("pages")
+    return AskConfig.from_values(given, config, where="the options")

@@ -17,19 +17,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.retrieval_only or args.baselines:
         ignored = [name for name, value in (("--extractor", args.extractor), ("--config", args.config)) if value]
         if args.baselines:  # the baselines' pipelines plan nothing
-            ignored += [name for name, value in (("--hyde", args.hyde_mode), ("--decompose", args.decompose_mode))
+            ignored += [name for name, value in (("--hyde", args.hyde), ("--decompose", args.decompose))
                         if value]
         if ignored:
             raise ValueError(f"{' and '.join(ignored)} {'apply' if len(ignored) > 1 else 'applies'} "
                              "only to end-to-end runs; drop "
                              f"{'--retrieval-only' if args.retrieval_only else '--baselines'} "
                              f"or {' and '.join(ignored)}")
-    hyde, decompose = (mode not in (None, "never") for mode in (args.hyde_mode, args.decompose_mode))
+    hyde, decompose = (mode not in (None, "never") for mode in (args.hyde, args.decompose))
     progress = sys.stderr.isatty()
-    from docrefrag.graph.context import AskConfig
+    from docrefrag.graph.config import AskConfig
 
     # a bad --config fails first; memory off unless asked for: a benchmark's scores must not depend on its order
-    config = None if args.retrieval_only or args.baselines else ask_config(args, AskConfig(memory=False))
+    config = None if args.retrieval_only or args.baselines else ask_config(args, AskConfig.of(memory=False))
     with api(args) as dr:
         if args.baselines:
             print(dr.evaluate_baselines(args.benchmark, args.data, args.out, limit=args.limit,

@@ -1,8 +1,9 @@
 """The `docrefrag` command line's arguments: every subcommand, its options and their help texts.
 
 `build_parser()` builds the argparse parser; the options that several subcommands share (the
-store, the answer settings, the planner modes, the LLM timeouts, --json) are defined once here, and
-train's options come from the `TrainConfig` fields. The commands themselves are in docrefrag/cli_*.py.
+store, the ask settings, the LLM timeouts, --json) are defined once here; ask's and eval's settings come
+from the `AskConfig` fields and train's options from the `TrainConfig` fields. The commands themselves are
+in docrefrag/cli_*.py.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from docrefrag.graph.modes import PLAN_MODES
 from docrefrag.indexes.fusion import DEFAULT_METHOD, METHODS
 
 
@@ -43,47 +43,36 @@ def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> Non
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=None, help=help_text)
 
 
-def _answer_args(p: argparse.ArgumentParser) -> None:
+def _answer_args(p: argparse.ArgumentParser, notes: dict[str, str] | None = None) -> None:
+    """--config, --checkpoint and one flag per AskConfig setting (`notes`: text added to a setting's help)."""
     p.add_argument("--config", type=Path, default=None,
-                   help="TOML or JSON file of ask settings (graph.context.AskConfig "
-                        "fields: max_rounds, tau, answerer, fusion, hyde, ...); "
-                        "the options below override it")
-    p.add_argument("--answerer", choices=["reader", "chat"], default=None,
-                   help="reader: the Doc-REFRAG reader over the pages' tokens (default); "
-                        "chat: the chat model over their text")
+                   help="TOML or JSON file of ask settings (graph.config.AskConfig: flat, e.g. max_rounds = 1, "
+                        "or in tables by group, e.g. [validation] max_rounds = 1); the options below override it")
     p.add_argument("--checkpoint", type=Path, default=None,
                    help="reader checkpoint (default: the one shipped in the package)")
-    p.add_argument("--rerank", action=argparse.BooleanOptionalAction, default=None,
-                   help="rerank the fused pages by page relevance "
-                        "(eval --retrieval-only: one more row, 'reranked')")
-    p.add_argument("--reranker", choices=["reader", "chat"], default=None,
-                   help="implies --rerank; reader: the Doc-REFRAG reader's P(Yes) over compressed pages "
-                        "(default); chat: "
-                        "the local chat model's (--llm local[:DIR]) P(Yes) over each page's text")
-    p.add_argument("--max-rounds", type=int, default=None, help="retrieval rounds at most (default 2)")
-    p.add_argument("--pages", type=int, default=None, help="pages the answerer reads (default: reader 8, chat 3)")
-    p.add_argument("--evidence", choices=["pages", "graph"], default=None,
-                   help="what the answerer reads: pages, the top pages' text (default), or graph, the elements "
-                        "the evidence controller opens on the evidence graph from those pages, within "
-                        "--evidence-tokens, --evidence-steps and --evidence-seconds")
-    p.add_argument("--evidence-tokens", type=int, default=None, metavar="N",
-                   help="--evidence graph: tokens of element text at most (default 1000; a regex estimate)")
-    p.add_argument("--evidence-steps", type=int, default=None, metavar="N",
-                   help="--evidence graph: controller steps at most, each open or expand of an element (default 60)")
-    p.add_argument("--evidence-seconds", type=float, default=None, metavar="SECONDS",
-                   help="--evidence graph: the controller's wall-clock seconds at most (default 5)")
-    p.add_argument("--evidence-driver", choices=["score", "llm"], default=None,
-                   help="--evidence graph: what picks the next element to open: score (default; deterministic, no "
-                        "LLM call) or llm (the --llm chat model, among the best-scored few)")
-    p.add_argument("--retrieval", choices=["pipeline", "agent"], default=None,
-                   help="pipeline (default): the planned hybrid search; agent: the retrieval agent calls the tools "
-                        "(search_pages, bm25_search, read_page, ... and a team's own) step by step, following the "
-                        "store's active instructions (docrefrag agent show)")
-    p.add_argument("--agent-steps", type=int, default=None, metavar="N",
-                   help="--retrieval agent: tool calls at most per round (default 5)")
-    p.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
-                   help="experience memory (default on for ask, off for eval): seed the search with the plans of "
-                        "earlier validated answers to similar questions, and store this run's; --no-memory: neither")
+    _ask_config_args(p, notes or {})
+
+
+def _ask_config_args(p: argparse.ArgumentParser, notes: dict[str, str]) -> None:
+    """A flag per AskConfig setting, from its field: `--name-with-dashes`, its type or choices, its help and
+    default. Unset, a flag keeps the config's value (`cli_common.ask_config`)."""
+    from dataclasses import fields
+    from typing import Literal, get_args, get_origin, get_type_hints
+
+    from docrefrag.graph.config import AskConfig
+
+    hints = {g.name: get_type_hints(g.default_factory) for g in fields(AskConfig)}
+    for name, (group, f) in AskConfig.settings().items():
+        hint, help_text = hints[group][name], f.metadata["help"] + notes.get(name, "")
+        if hint is bool:
+            kind, shown = {"action": argparse.BooleanOptionalAction}, "on" if f.default else "off"
+        elif get_origin(hint) is Literal:
+            kind, shown = {"choices": get_args(hint)}, f.default
+        else:
+            kind, shown = {"type": hint, "metavar": "N" if hint is int else "X"}, f.default
+        if "(default" not in help_text:
+            help_text += f" (default {shown})"
+        p.add_argument(f"--{name.replace('_', '-')}", default=None, help=help_text, **kind)
 
 
 def _llm_args(p: argparse.ArgumentParser) -> None:
@@ -91,15 +80,6 @@ def _llm_args(p: argparse.ArgumentParser) -> None:
                    help="an openai: endpoint that sends nothing for this long is retried (default 60)")
     p.add_argument("--llm-retries", type=int, default=2, metavar="N",
                    help="retries of a failed or hanging openai: call, with backoff, before the run stops (default 2)")
-
-
-def _plan_args(p: argparse.ArgumentParser, eval_note: str = "") -> None:
-    p.add_argument("--hyde", dest="hyde_mode", choices=PLAN_MODES, default=None,
-                   help="when to write a HyDE passage for the dense branch (default disagreement: only when the "
-                        "branches' rankings of the question disagree)" + eval_note)
-    p.add_argument("--decompose", dest="decompose_mode", choices=PLAN_MODES, default=None,
-                   help="when to split the question into sub-queries (default never; disagreement: as --hyde)"
-                        + eval_note)
 
 
 def _json_arg(p: argparse.ArgumentParser) -> None:
@@ -188,7 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(key from $OPENAI_API_KEY), or package.module:factory")
     _answer_args(ask)
     _llm_args(ask)
-    _plan_args(ask)
     _json_arg(ask)
     ask.add_argument("--trace", action="store_true", help="print the whole trace (plans, queries, hits, verdicts)")
     ask.add_argument("--quiet", action="store_true", help="do not stream node events to stderr")
@@ -204,13 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                              "(BM25, dense, RRF, consistency top-5; top-5 full; "
                                                              "top-20 reranked to 5; top-20 selective), one table")
     ev.add_argument("--llm", default=None, help="chat model of the agents (as for ask)")
-    _plan_args(ev, "; with --retrieval-only, any mode but never adds the planner's rows to the table (the "
-                   "part always written, and written as the graph does: on disagreement)")
     ev.add_argument("--extractor", default=None,
                     help="chat model (as --llm) that extracts the short answer from each "
                          "reply with the benchmark's extraction prompt before scoring "
                          "(the official two-step protocol); default: none, the reply is scored")
-    _answer_args(ev)
+    retrieval_only = ("; with --retrieval-only, any mode but never adds the planner's rows to the table (the part "
+                      "always written, and written as the graph does: on disagreement)")
+    _answer_args(ev, {"hyde": retrieval_only, "decompose": retrieval_only})
     _llm_args(ev)
 
     bench = sub.add_parser("bench", help="benchmarks of the system's parts")

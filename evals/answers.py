@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -43,7 +42,8 @@ from docrefrag.evals.score_common import as_list, parse_literal
 from docrefrag.evals.score_longdocurl import longdocurl_aggregate, longdocurl_prediction, longdocurl_score
 from docrefrag.evals.score_mmlongbench import mmlongbench_aggregate, mmlongbench_score
 from docrefrag.graph.context import AskConfig
-from docrefrag.graph.run import run_ask
+from docrefrag.graph.run import AskRun, ask_context, run_ask
+from docrefrag.graph.runs import new_run_id, run_checkpoints
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
 
@@ -122,14 +122,14 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
     graph run per new question; with an `extractor`, the answer is extracted by the official
     protocol before scoring."""
     rows = load_rows(out, settings)
+    context = ask_context(store, searcher, llm, config or AskConfig(), reader)
+    checkpoints = run_checkpoints(out.parent, out.stem)
     with open(out, "a") as f:
         for q in tqdm(questions, desc="answering", unit="q", disable=not show_progress):
             if q.qid in rows or q.doc_name not in doc_ids:
                 continue
-            result = run_ask(store, searcher, llm, q.question, [doc_ids[q.doc_name]], config,
-                             checkpoints=out.with_suffix(".checkpoints.sqlite"),
-                             # a fresh thread: nothing carried over
-                             thread_id=f"{q.qid}-{uuid.uuid4().hex[:8]}", reader=reader)
+            # a fresh run id (thread): nothing carried over
+            result = run_ask(context, AskRun(q.question, new_run_id(q.qid), [doc_ids[q.doc_name]]), checkpoints)
             retrieved = first_round_hits(result.trace)
             citations = [c for claim in result.claims for c in claim["citations"]]
             pred, extraction = result.answer, {}

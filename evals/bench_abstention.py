@@ -34,7 +34,8 @@ from docrefrag.core.weights import model_dir
 from docrefrag.evals.answers import score
 from docrefrag.evals.datasets import document_sources, load_questions
 from docrefrag.graph.context import AskConfig
-from docrefrag.graph.run import run_ask
+from docrefrag.graph.run import AskRun, ask_context, run_ask
+from docrefrag.graph.runs import new_run_id, run_checkpoints
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
 
@@ -60,7 +61,8 @@ def measure(store: Store, data: Path, limit: int, decoder: str, out: Path) -> No
     llm = LocalChatModel(path=model_dir(decoder), max_new_tokens=32)
     lm = load_causal_lm(llm.path, chat=True)
     searcher = HybridSearcher(store, TextEmbedder.default())
-    config = AskConfig(answerer="chat", max_rounds=1, abstain=False)
+    config = AskConfig.of(answerer="chat", max_rounds=1, abstain=False)
+    context, checkpoints = ask_context(store, searcher, llm, config), run_checkpoints(out.parent, out.stem)
     done = {json.loads(line)["qid"] for line in out.open()} if out.exists() else set()
     with out.open("a") as f:
         for q in load_questions("mmlongbench", data)[:limit]:
@@ -68,10 +70,10 @@ def measure(store: Store, data: Path, limit: int, decoder: str, out: Path) -> No
             if q.qid in done or doc_id is None:
                 continue
             t = time.perf_counter()
-            result = run_ask(store, searcher, llm, q.question, [doc_id], config, checkpoints=out.with_suffix(".sqlite"))
+            result = run_ask(context, AskRun(q.question, new_run_id(q.qid), [doc_id]), checkpoints)
             seconds = time.perf_counter() - t
             read = next(e for e in result.trace if e["node"] == "answer")["pages"]
-            pages = page_texts(store, [tuple(p) for p in read], q.question, config.chars_per_page)
+            pages = page_texts(store, [tuple(p) for p in read], q.question, config.reading.chars_per_page)
             evidence = anchored_evidence(q.question, pages)  # what the validator's lexical support reads
             answered = not is_unanswerable(result.answer)
             row = {"qid": q.qid, "answer": q.answer, "pred": result.answer, "score": score(q, result.answer),

@@ -5,7 +5,7 @@
 
 Each answerable question with evidence pages whose document is in STORE: the question's fused top
 DEPTH pages within its document (`HybridSearcher.search`, the ask graph's first search). *pages*: those
-pages in fused order, each cut query-focused to `AskConfig.chars_per_page` (`page_texts`, what the chat
+pages in fused order, each cut query-focused to `AskConfig.reading.chars_per_page` (`page_texts`, what the chat
 answerer reads), then cut to the budget (`pages_within`). *graph*: the evidence controller (`gather`) from
 the same pages, its token budget the same. Both count tokens with `agents.evidence.count_tokens`. Per
 budget and method: evidence-page recall (single-page questions: the page was read; cross-page: the share
@@ -50,7 +50,7 @@ def _recall(q: Question, pages: set[int]) -> dict:
 
 
 def run(questions: list[Question], store, searcher, budgets: list[int], llm=None) -> list[dict]:
-    ids, chars = _doc_ids(store), AskConfig().chars_per_page
+    ids, chars = _doc_ids(store), AskConfig().reading.chars_per_page
     rows = []
     for q in questions:
         doc_id = ids.get(q.doc_name)

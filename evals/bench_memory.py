@@ -9,7 +9,7 @@ is emptied; the first halves run through the ask graph with the memory on (their
 then the second halves run twice, memory off and memory on (recalling the first halves' plans, and those
 of the second-half questions before it: the memory as `ask` uses it). Each run is
 `evals.answers.evaluate_answers` (the official score; its rows name the plans each question recalled) under
-AskConfig (or --config) with only `memory` changed. Rows go to DIR/{first,second-no-memory,second-memory}
+AskConfig (or --config) with only `search.memory` changed. Rows go to DIR/{first,second-no-memory,second-memory}
 .jsonl, written anew on each run (the memory a resumed run would need is gone). Printed: per run the
 questions, accuracy, answerable accuracy, mean rounds, mean and p50 seconds, questions that recalled a plan,
 plans in the memory after it.
@@ -22,7 +22,6 @@ import json
 import math
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +81,7 @@ def main() -> None:
         store.memory.clear()
         started, results = time.perf_counter(), []
         for name, memory in RUNS:
-            config = replace(base, memory=memory)
+            config = AskConfig.from_values({"memory": memory}, base)
             out = args.out / f"{name}.jsonl"
             out.unlink(missing_ok=True)
             rows = evaluate_answers(store, searcher, llm, first if name == "first" else second, doc_ids, out, config,

@@ -92,7 +92,7 @@ def evaluate_retrieval(store: Store, searcher: HybridSearcher, questions: Sequen
     """`doc_ids` maps a benchmark document name to its id in `store`. With a `planner` (which writes
     the HyDE passage and/or the sub-queries, as `hyde` and `decompose` say), each question is also
     searched as the ask graph's retrieve node does, once per `plan_variants`; the plan is kept in the
-    row; `disagreement` is the ask settings' gate (AskConfig.disagreement). With a `reranker`, the
+    row; `disagreement` is the ask settings' gate (AskConfig.search.disagreement). With a `reranker`, the
     consistency-fused top SEARCH_DEPTH pages (of the last plan: what the ask graph reranks) are
     reordered by it as one more method, "reranked" (the pages below the depth keep their fused order),
     and its time per page is recorded."""

@@ -74,7 +74,7 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     if reranker is not None:  # before any ingest: a reranker without its model is refused at once
         from docrefrag.agents.rerank import make_reranker
 
-        score = make_reranker(reranker, store, reader, llm, config.chars_per_page)
+        score = make_reranker(reranker, store, reader, llm, config.reading.chars_per_page)
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     searcher = HybridSearcher(store, embedder)
     planner = None
@@ -84,12 +84,12 @@ def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, 
     setting = "".join(["-hyde" if hyde else "", "-decompose" if decompose else "", rerank_setting])
     benchmark_setting = f"{benchmark}{setting}"
     chat_reranker = {"reranker_llm": llm} if reranker == "chat" else {}  # absent otherwise: earlier runs resume
-    gate = {"disagreement": config.disagreement} if planner is not None else None  # what the planner rows depend on
+    gate = {"disagreement": config.search.disagreement} if planner is not None else None  # the planner rows depend on
     settings = run_settings(store, gate, planner_llm=llm if planner is not None else None, reader=reader,
                             **chat_reranker)
     report = evaluate_retrieval(store, searcher, present, doc_ids, out_dir / f"{benchmark_setting}-retrieval.jsonl",
                                 show_progress=show_progress, planner=planner, hyde=hyde, decompose=decompose,
-                                reranker=score, settings=settings, disagreement=config.disagreement)
+                                reranker=score, settings=settings, disagreement=config.search.disagreement)
     report.skipped["document_missing"] += missing
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,
                **{k: v for k, v in asdict(report).items() if k != "latencies_ms"}}
@@ -128,10 +128,10 @@ def run_answers(benchmark: Benchmark, data_dir: Path, store: Store, embedder, ll
     """End-to-end run through the ask graph, scored with the official rules (see evals.answers);
     with an `extractor` chat model, answers are extracted by the official protocol first. The default config
     has the experience memory off, so that a question's score does not depend on the questions before it."""
-    config = config or AskConfig(memory=False)
+    config = config or AskConfig.of(memory=False)
     present, doc_ids, missing = prepare(benchmark, data_dir, store, limit, show_progress, embedder)
     name = f"{benchmark}{'-extract' if extractor is not None else ''}"  # rows with and without extraction differ
-    settings = run_settings(store, llm=llm, reader=reader, extractor=extractor, config=asdict(config))
+    settings = run_settings(store, llm=llm, reader=reader, extractor=extractor, config=config.flat())
     rows = evaluate_answers(store, HybridSearcher(store, embedder), llm, present, doc_ids,
                             out_dir / f"{name}-answers.jsonl", config, show_progress, reader, extractor, settings)
     summary = {"benchmark": benchmark, "date": date.today().isoformat(), "settings": settings,

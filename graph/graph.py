@@ -2,12 +2,12 @@
 -> done | refine -> retrieve ...
 
 The graph acts on the branches' disagreement: when the first round's search of the question finds the
-BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.disagreement`),
+BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.search.disagreement`),
 the enrich node has the chat model write the plan's LLM parts whose mode is "disagreement" (the
 hypothetical answer passage, HyDE, for the dense branch: the default; the sub-queries with
 `decompose="disagreement"`) and the question is searched again (at most once per run). A mode
 "always" writes that part in the plan node instead, "never" not at all. A replacement enrich node
-must set `enriched`, or the graph would route to it again. With `AskConfig.evidence="graph"` the gather
+must set `enriched`, or the graph would route to it again. With `AskConfig.reading.evidence="graph"` the gather
 node runs the evidence controller (agents/evidence.py) on the top pages and the answer node reads the
 elements it opened instead of the pages (with "pages", the default, the graph goes from rerank to answer).
 
@@ -55,8 +55,8 @@ Node = Callable[[AskState, Runtime[AskContext]], dict]
 def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
     cfg = runtime.context.config
     started = time.time()  # the run's clock (time to first answer, time budget) includes the planning
-    planned, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.decompose == "always",
-                                   hyde=cfg.hyde == "always")
+    planned, notes = plan_question(state["question"], runtime.context.llm, decompose=cfg.search.decompose == "always",
+                                   hyde=cfg.search.hyde == "always")
     p, memory = seed_plan(planned, state["question"], state.get("doc_ids"), runtime.context)  # graph/memory.py
     return {"plan": p.model_dump(), "round": 1, "tokens": 0, "started_at": started,  # a reused thread starts afresh:
             "query_disagreement": 0.0, "enriched": False, "ttft_s": None, "answer": "", "claims": [], "verdict": {},
@@ -67,9 +67,9 @@ def plan(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
     p = Plan(**state["plan"])
-    read = cfg.reader_pages if cfg.answerer == "reader" else cfg.pages
-    k = read + 2 * (state.get("round", 1) - 1)  # each refinement round widens the search
-    hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, SEARCH_DEPTH), cfg.fusion)
+    k = cfg.reading.pages_read(state.get("round", 1))  # each refinement round widens the search
+    hits, runs = search_plan(p, state["question"], ctx.searcher, state.get("doc_ids"), max(k, SEARCH_DEPTH),
+                             cfg.search.fusion)
     queries = [{"sparse": r.sparse_query, "dense": r.dense_query[:200], "top_overlap": r.top_overlap,
                 "query_disagreement": round(r.query_disagreement, 3), "weight_sparse": round(r.weight_sparse, 3),
                 "switched_off": {"sparse": r.sparse_off, "dense": r.dense_off}}
@@ -82,8 +82,8 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def _to_enrich(state: AskState, cfg: AskConfig) -> list[str]:
     """The plan parts the enrich node would write now: those in mode "disagreement" that the plan lacks."""
     p = state["plan"]
-    return [part for part, mode, present in (("hyde", cfg.hyde, bool(p.get("hyde"))),
-                                             ("decompose", cfg.decompose, len(p.get("sub_queries") or []) > 1))
+    return [part for part, mode, present in (("hyde", cfg.search.hyde, bool(p.get("hyde"))),
+                                             ("decompose", cfg.search.decompose, len(p.get("sub_queries") or []) > 1))
             if mode == "disagreement" and not present]
 
 
@@ -104,7 +104,7 @@ def enrich(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def route_after_retrieve(state: AskState, runtime: Runtime[AskContext]) -> Literal["enrich", "rerank"]:
     cfg = runtime.context.config
     if (state.get("round", 1) == 1 and not state.get("enriched") and _to_enrich(state, cfg)
-            and disagrees(state.get("query_disagreement", 0.0), cfg.disagreement)):
+            and disagrees(state.get("query_disagreement", 0.0), cfg.search.disagreement)):
         return "enrich"
     return "rerank"
 
@@ -122,26 +122,26 @@ def rerank(state: AskState, runtime: Runtime[AskContext]) -> dict:
 
 
 def route_after_rerank(state: AskState, runtime: Runtime[AskContext]) -> Literal["gather", "answer"]:
-    return "gather" if runtime.context.config.evidence == "graph" else "answer"
+    return "gather" if runtime.context.config.reading.evidence == "graph" else "answer"
 
 
 def _top_pages(state: AskState, cfg: AskConfig) -> list[tuple[str, int]]:
     """The pages the answerer reads (or the evidence controller starts from): each refinement round more."""
-    count = (cfg.reader_pages if cfg.answerer == "reader" else cfg.pages) + 2 * (state.get("round", 1) - 1)
-    return [(h["doc_id"], h["page"]) for h in state["hits"]][:count]
+    return [(h["doc_id"], h["page"]) for h in state["hits"]][:cfg.reading.pages_read(state.get("round", 1))]
 
 
 def gather(state: AskState, runtime: Runtime[AskContext]) -> dict:
     """The evidence controller over the evidence graph from the top pages, within the config's budgets."""
     ctx, cfg = runtime.context, runtime.context.config
-    budgets = Budgets(cfg.evidence_tokens, cfg.evidence_steps, cfg.evidence_seconds)
+    b = cfg.evidence_budgets
+    budgets = Budgets(b.evidence_tokens, b.evidence_steps, b.evidence_seconds)
     query = ctx.searcher.embedder.embed_queries([state["question"]])[0]
-    choose = chat_chooser(ctx.llm) if cfg.evidence_driver == "llm" else None
+    choose = chat_chooser(ctx.llm) if b.evidence_driver == "llm" else None
     found = gather_evidence(ctx.store, state["question"], query, _top_pages(state, cfg), budgets, choose)
     moves = [{"step": m.step, "action": m.action, "node": list(m.node), "edge": m.edge, "score": round(m.score, 4),
               "tokens": m.tokens} for m in found.moves]
     return {"evidence": evidence_rows(ctx.store, found),
-            "trace": [{"node": "gather", "evidence": "graph", "driver": cfg.evidence_driver, "budgets": asdict(budgets),
+            "trace": [{"node": "gather", "evidence": "graph", "driver": b.evidence_driver, "budgets": asdict(budgets),
                        "tokens": found.tokens, "steps": found.steps, "seconds": round(found.seconds, 4),
                        "stopped": found.stopped,
                        "elements": [list(k) for k in found.elements], "moves": moves}]}
@@ -149,13 +149,13 @@ def gather(state: AskState, runtime: Runtime[AskContext]) -> dict:
 
 def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     ctx, cfg = runtime.context, runtime.context.config
-    graph = cfg.evidence == "graph"  # read the gathered elements, not the pages
+    graph = cfg.reading.evidence == "graph"  # read the gathered elements, not the pages
     if not state["hits"] or (graph and not state.get("evidence")):  # nothing to read (no page matched, e.g. a
         text, tokens, claims, pages, source = NOT_ANSWERABLE, 0, [], [], 0  # scanned document whose OCR found no text)
     else:
         pages = (evidence_pages(state["evidence"]) if graph
-                 else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.chars_per_page))
-        if cfg.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
+                 else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.reading.chars_per_page))
+        if cfg.reading.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
             text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
             claims, source = cite(text, pages if graph else expanded or pages, state["question"]), len(pages)
         else:  # page by page (the gathered elements: at once) until one answers; the last prompt read answered
@@ -167,7 +167,7 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
               "read": [{"doc_id": p.doc_id, "page": p.page, "text": p.text, "source": i >= len(pages) - source}
                        for i, p in enumerate(pages)],
               "tokens": state.get("tokens", 0) + tokens,
-              "trace": [{"node": "answer", "answer": text, "evidence": cfg.evidence,
+              "trace": [{"node": "answer", "answer": text, "evidence": cfg.reading.evidence,
                          "pages": [(p.doc_id, p.page) for p in pages]}]}
     if state.get("ttft_s") is None:
         update["ttft_s"] = time.time() - state.get("started_at", time.time())
@@ -213,12 +213,12 @@ def refine(state: AskState, runtime: Runtime[AskContext]) -> dict:
 def route_after_validate(state: AskState, runtime: Runtime[AskContext]) -> Literal["refine", "__end__"]:
     cfg = runtime.context.config
     verdict = state.get("verdict", {})
-    if verdict.get("confidence", 0.0) >= cfg.tau:
+    if verdict.get("confidence", 0.0) >= cfg.validation.tau:
         return END
-    if state.get("round", 1) >= cfg.max_rounds:
+    if state.get("round", 1) >= cfg.validation.max_rounds:
         return END
-    if (time.time() - state.get("started_at", time.time()) > cfg.time_budget_s
-            or state.get("tokens", 0) > cfg.token_budget):
+    if (time.time() - state.get("started_at", time.time()) > cfg.validation.time_budget_s
+            or state.get("tokens", 0) > cfg.validation.token_budget):
         return END
     return "refine"
 

@@ -1,7 +1,7 @@
 """Experience memory (DocTrace): a validated answer's plan is kept in the store, and a new, similar
 question starts from it.
 
-A run whose answer the validator supported (confidence >= AskConfig.tau, not "Not answerable") writes
+A run whose answer the validator supported (confidence >= AskConfig.validation.tau, not "Not answerable") writes
 one plan into the store's memory at its end (`remember`, from graph/run.py): the question and its
 query embedding, the documents it was asked over (all the ready ones for a whole-store question), the
 plan's final sub-queries, the evidence it cited (the pages, and the sections: the headings above the
@@ -14,7 +14,7 @@ same report 0.02-0.31 (but another year 0.99: numbers barely move it). Their sub
 plan's, deduplicated (so decompose="disagreement" takes it as decomposed), and the trace gets {"node":
 "memory", "recalled": [{id, similarity, question}], "sub_queries": added, "hints": their cited pages}.
 Memory only seeds the search: the answer is read from, and cited to, the pages retrieved in this run.
-AskConfig.memory=False (`--no-memory`) neither recalls nor stores; retiring a document removes the plans
+AskConfig.search.memory=False (`--no-memory`) neither recalls nor stores; retiring a document removes the plans
 over no other. The rows and their queries are the store's part `store.memory` (indexes/memory_table.py);
 `docrefrag memory list|clear` shows or empties the memory.
 """
@@ -57,7 +57,7 @@ def recall(store: Store, embedder, question: str, doc_ids: list[str] | None) -> 
 def seed_plan(plan: Plan, question: str, doc_ids: list[str] | None, ctx: AskContext) -> tuple[Plan, list[dict]]:
     """The plan with the recalled plans' sub-queries added, and its trace entry ([] when memory is off or
     recalls nothing)."""
-    if not ctx.config.memory:
+    if not ctx.config.search.memory:
         return plan, []
     recalled = recall(ctx.store, ctx.searcher.embedder, question, doc_ids)
     if not recalled:

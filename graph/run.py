@@ -1,11 +1,10 @@
-"""One run of the ask graph: wire the context, stream node events, checkpoint, collect the result."""
+"""One run of the ask graph: build the run's context, stream node events, checkpoint, collect the result."""
 
 from __future__ import annotations
 
 import sqlite3
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,50 +35,65 @@ class AskResult:
     thread_id: str  # checkpoint id: inspect or resume the run
     trace: list[dict] = field(default_factory=list)
     withheld: str = ""  # the best answer found when no round's validation supported it (the answer is then
-    # "Not answerable"; AskConfig.abstain)
-    supported: bool = False  # the best round's validator confidence reached AskConfig.tau
+    # "Not answerable"; AskConfig.validation.abstain)
+    supported: bool = False  # the best round's validator confidence reached AskConfig.validation.tau
     unsupported_reason: str = ""  # when not supported: what the validation found missing, in one sentence
 
 
-def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question: str,
-            doc_ids: Sequence[str] | None = None, config: AskConfig | None = None,
-            checkpoints: Path | None = None, on_event: Callable[[str, dict], None] | None = None,
-            thread_id: str | None = None, nodes: dict | None = None, reader=None, resume: bool = False) -> AskResult:
-    """Run the graph on `question`; `checkpoints` is the SQLite file of the checkpointer. `reader` (a
-    DocRefragReader) is required when the config's answerer is "reader" or it reranks with the reader.
+@dataclass(frozen=True)
+class AskRun:
+    """What one run asks: `question` on `doc_ids` (None: every document) under the run id `run_id`, or,
+    with `resume`, the unfinished run `run_id` continued from its last checkpoint (its own question)."""
 
-    A run that fails (a dead LLM endpoint) keeps its checkpoint; the error carries a note with its
-    run id. `resume=True` continues the unfinished run `thread_id` from its last checkpoint (its
-    own question; `question` is ignored); the trace then covers the whole run. A new question on a
-    used `thread_id` starts afresh and its result holds only its own trace.
+    question: str
+    run_id: str
+    doc_ids: list[str] | None = None
+    resume: bool = False
 
-    The answer is the best-validated round's; when even that one's validator confidence is below
-    `config.tau` (no round found support), the answer is "Not answerable" and the unsupported
-    answer is kept in `withheld` (unless `config.abstain` is off). A supported answer's plan goes
-    into the store's experience memory (`config.memory`; graph/memory.py)."""
-    config = config or AskConfig()
+
+def ask_context(store: Store, searcher: HybridSearcher, llm: BaseChatModel, config: AskConfig,
+                reader=None) -> AskContext:
+    """The context of runs under `config`: the reranker it names is built here. `reader` (a
+    DocRefragReader) is required when the config's answerer is "reader" or it reranks with the reader."""
     if reader is None and config.needs_reader:
         raise ValueError("this AskConfig reads or reranks with the Doc-REFRAG reader: pass reader=..., "
-                         "or use AskConfig(answerer='chat') and no reranking or reranker='chat'")
-    reranker = None
-    if config.rerank:
+                         "or use AskConfig.of(answerer='chat') and no reranking or reranker='chat'")
+    reranker, reading = None, config.reading
+    if reading.rerank:
         from docrefrag.agents.rerank import make_reranker
 
-        reranker = make_reranker(config.reranker, store, reader, llm, config.chars_per_page)
-    context = AskContext(store=store, searcher=searcher, llm=llm, config=config, reader=reader, reranker=reranker)
-    thread_id = thread_id or uuid.uuid4().hex[:12]
+        reranker = make_reranker(reading.reranker, store, reader, llm, reading.chars_per_page)
+    return AskContext(store=store, searcher=searcher, llm=llm, config=config, reader=reader, reranker=reranker)
+
+
+def run_ask(context: AskContext, run: AskRun, checkpoints: Path,
+            on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None) -> AskResult:
+    """Run the graph under `context` (`ask_context`); `checkpoints` is the SQLite file of the checkpointer
+    (`graph.runs.run_checkpoints`), `on_event(node, update)` is called as each node finishes, and `nodes`
+    replaces graph nodes (`build_graph`). The one way a run starts: the API (and through it the CLI and
+    the server) and the benchmark harness call it.
+
+    A run that fails (a dead LLM endpoint) keeps its checkpoint; the error carries a note with its
+    run id. A resumed run's trace covers the whole run. A new question on a used run id starts afresh
+    and its result holds only its own trace.
+
+    The answer is the best-validated round's; when even that one's validator confidence is below
+    `config.validation.tau` (no round found support), the answer is "Not answerable" and the unsupported
+    answer is kept in `withheld` (unless `abstain` is off). A supported answer's plan goes into the
+    store's experience memory (`config.search.memory`; graph/memory.py)."""
+    config, thread_id = context.config, run.run_id
     start = time.perf_counter()
-    with closing(sqlite3.connect(checkpoints or store.root / "checkpoints.sqlite", check_same_thread=False)) as conn:
+    with closing(sqlite3.connect(checkpoints, check_same_thread=False)) as conn:
         graph = build_graph(nodes, checkpointer=SqliteSaver(conn))
-        run = {"configurable": {"thread_id": thread_id}}
-        before = graph.get_state(run)
-        if resume and not before.next:
+        configurable = {"configurable": {"thread_id": thread_id}}
+        before = graph.get_state(configurable)
+        if run.resume and not before.next:
             raise ValueError(f"run {thread_id} has nothing to resume: it finished, or no run has that id in "
-                             f"{checkpoints or store.root / 'checkpoints.sqlite'}")
-        inputs = None if resume else {"question": question, "doc_ids": list(doc_ids) if doc_ids is not None else None}
-        earlier = 0 if resume else len(before.values.get("trace", []))  # entries of a previous run on this thread
+                             f"{checkpoints}")
+        inputs = None if run.resume else {"question": run.question, "doc_ids": run.doc_ids}
+        earlier = 0 if run.resume else len(before.values.get("trace", []))  # entries of a previous run on this thread
         try:
-            for update in graph.stream(inputs, run, context=context, stream_mode="updates"):
+            for update in graph.stream(inputs, configurable, context=context, stream_mode="updates"):
                 for node, values in update.items():
                     if on_event is not None:
                         on_event(node, values or {})
@@ -87,10 +101,10 @@ def run_ask(store: Store, searcher: HybridSearcher, llm: BaseChatModel, question
             e.add_note(f"(run id {thread_id}: its checkpoint is kept; `docrefrag ask --resume {thread_id}` "
                        "continues it with the same options)")
             raise
-        state = graph.get_state(run).values
-    result = ask_result(state, config, thread_id, time.perf_counter() - start, question, earlier)
-    if config.memory and result.supported and not is_unanswerable(result.answer):  # once, as the run ends
-        remember(store, searcher.embedder, result, state.get("doc_ids"), state.get("plan") or {})
+        state = graph.get_state(configurable).values
+    result = ask_result(state, config, thread_id, time.perf_counter() - start, run.question, earlier)
+    if config.search.memory and result.supported and not is_unanswerable(result.answer):  # once, as the run ends
+        remember(context.store, context.searcher.embedder, result, state.get("doc_ids"), state.get("plan") or {})
     return result
 
 
@@ -102,12 +116,12 @@ def ask_result(state: dict, config: AskConfig, thread_id: str, seconds: float, q
     verdict = best["verdict"]
     answer, claims, withheld = best["answer"], best["claims"], ""
     confidence = float(verdict.get("confidence", 0.0))
-    supported = confidence >= config.tau
-    if config.abstain and not supported and not is_unanswerable(answer):
+    supported = confidence >= config.validation.tau
+    if config.validation.abstain and not supported and not is_unanswerable(answer):
         answer, claims, withheld = NOT_ANSWERABLE, [], answer  # no round found support: abstain, say what was found
     return AskResult(question=state.get("question", question), answer=answer, claims=claims, withheld=withheld,
                      supported=supported,
-                     unsupported_reason="" if supported else unsupported_reason(verdict, config.tau),
+                     unsupported_reason="" if supported else unsupported_reason(verdict, config.validation.tau),
                      confidence=confidence, rounds=int(state.get("round", 1)), seconds=seconds,
                      ttft_s=float(state.get("ttft_s") or 0.0), tokens=int(state.get("tokens", 0)),
                      thread_id=thread_id, trace=state.get("trace", [])[earlier:])

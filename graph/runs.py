@@ -1,6 +1,9 @@
-"""The options each ask run was started with, kept next to its checkpoints, so that a resume continues
-the run as it was started and refuses an option that contradicts it.
+"""The run checkpoints of the ask graph: where they are kept, the ids of the runs, and the options each
+run was started with, kept next to its checkpoints, so that a resume continues the run as it was started
+and refuses an option that contradicts it.
 
+`run_checkpoints` names the SQLite file (a store's, or a benchmark run's beside its rows) and `new_run_id`
+makes a run's id (its thread in that file): the API, the server and the harness take both from here.
 A table `docrefrag_runs` in the checkpoints' SQLite file holds, per run id, its chat model spec (the
 `--llm` value, None when the model was passed as an object), its `AskConfig` fields and its reader
 checkpoint. `resume_options` merges them with what a resume passes: a missing option takes the
@@ -12,11 +15,24 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
 from contextlib import closing
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from docrefrag.graph.context import AskConfig
+
+
+def new_run_id(prefix: str = "") -> str:
+    """A fresh run id: 12 hex characters, after `prefix` and a dash when given (a benchmark question's id)."""
+    run_id = uuid.uuid4().hex[:12]
+    return f"{prefix}-{run_id}" if prefix else run_id
+
+
+def run_checkpoints(folder: Path, name: str = "") -> Path:
+    """The SQLite file of the run checkpoints (and run options) kept in `folder`: a store's directory
+    (`checkpoints.sqlite`), or a benchmark run's output folder (`NAME.checkpoints.sqlite`, beside NAME.jsonl)."""
+    return Path(folder) / (f"{name}.checkpoints.sqlite" if name else "checkpoints.sqlite")
 
 
 @dataclass(frozen=True)
@@ -27,7 +43,7 @@ class RunOptions:
 
 
 def record_run(db: Path, thread_id: str, options: RunOptions) -> None:
-    values = {"llm": options.llm, "config": asdict(options.config), "checkpoint": options.checkpoint}
+    values = {"llm": options.llm, "config": options.config.flat(), "checkpoint": options.checkpoint}
     with closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("CREATE TABLE IF NOT EXISTS docrefrag_runs (thread_id TEXT PRIMARY KEY, options TEXT NOT NULL, "
                      "started REAL NOT NULL)")
@@ -48,8 +64,8 @@ def recorded_run(db: Path, thread_id: str) -> RunOptions | None:
     if row is None:
         return None
     values = json.loads(row[0])
-    known = {f.name for f in fields(AskConfig)}
-    return RunOptions(values["llm"], AskConfig(**{k: v for k, v in values["config"].items() if k in known}),
+    known = AskConfig.settings()
+    return RunOptions(values["llm"], AskConfig.from_values({k: v for k, v in values["config"].items() if k in known}),
                       values["checkpoint"])
 
 
@@ -71,9 +87,10 @@ def resume_options(thread_id: str, stored: RunOptions | None, llm: str | None, c
         raise ValueError(f"run {thread_id} was started with a chat model passed as an object, which is not stored; "
                          "pass the same model again (--llm on the command line, llm= in Python)")
     if config is not None:
-        for f in fields(AskConfig):
-            if getattr(config, f.name) != getattr(stored.config, f.name):
-                raise conflict(f.name, getattr(stored.config, f.name), getattr(config, f.name))
+        given, was = config.flat(), stored.config.flat()
+        for name in given:
+            if given[name] != was[name]:
+                raise conflict(name, was[name], given[name])
     if checkpoint is not None and stored.checkpoint is not None and Path(checkpoint) != Path(stored.checkpoint):
         raise conflict("checkpoint", stored.checkpoint, checkpoint)
     return RunOptions(llm or stored.llm, stored.config, checkpoint or stored.checkpoint)

@@ -30,6 +30,10 @@ DEFAULT_METHOD: FusionMethod = "consistency"
 RRF_K = 60  # the constant of Cormack et al. (2009)
 TOP_K = 5  # the top-k lists compared by Diagnostics.top_overlap
 AGREE = 0.25  # Q of two informative branches (Spearman 0.5): kappa sharpens the weight above it, fully at Q = 0.5
+# The plan's LLM parts (HyDE, sub-queries) in mode "disagreement" are written only when the question's own
+# search finds the branches' rankings uncorrelated or opposed: query disagreement Q = (1 - Spearman rho) / 2
+# at or above this (the measurements behind 0.5: docs/decisions/planner.md; agents.planner.disagrees).
+DISAGREEMENT = 0.5
 MIN_PAIRS = 3  # fewer pairs of consecutive candidate pages than this: no smoothness evidence
 
 

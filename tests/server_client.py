@@ -19,7 +19,7 @@ from docrefrag.server import create_app
 
 KEY = "sk-test-0123456789abcdef"  # the LLM endpoint's key in the server's environment
 TOKEN = "s3cret-token-for-tests"
-CONFIG = AskConfig(answerer="chat", hyde="never", max_rounds=1)  # two chat calls an ask: answer, validate
+CONFIG = AskConfig.of(answerer="chat", hyde="never", max_rounds=1)  # two chat calls an ask: answer, validate
 NODES = ["plan", "retrieve", "rerank", "answer", "validate"]
 
 

@@ -31,7 +31,7 @@ def test_evaluation_scores_the_extracted_answer(dr, report, tmp_path):
     extractor.callbacks = [seen]
     rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm, questions,
                             {"transit-review.pdf": doc_id}, tmp_path / "answers.jsonl",
-                            AskConfig(answerer="chat", hyde="always"), show_progress=False, extractor=extractor)
+                            AskConfig.of(answerer="chat", hyde="always"), show_progress=False, extractor=extractor)
     first, second = rows
     assert ((first["response"], first["pred"], first["extracted_format"], first["score"])
             == (reply, "4812", "Integer", 1.0))

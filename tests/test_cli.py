@@ -51,8 +51,8 @@ def test_every_argument_has_help():
 def test_the_planner_modes_have_one_syntax(command):
     head = ["ask", "q"] if command == "ask" else ["eval", "mmlongbench", "--data", "x"]
     args = cli_parser.build_parser().parse_args([*head, "--hyde", "always", "--decompose", "never"])
-    assert (args.hyde_mode, args.decompose_mode) == ("always", "never")
-    assert cli_common.ask_config(args).hyde == "always"  # an end-to-end eval runs the graph with it
+    assert (args.hyde, args.decompose) == ("always", "never")
+    assert cli_common.ask_config(args).search.hyde == "always"  # an end-to-end eval runs the graph with it
 
 
 def test_the_demo_hint_names_a_command_that_runs(monkeypatch, tmp_path):

@@ -129,7 +129,7 @@ def test_a_chat_driven_walk_keeps_to_its_budgets(dr, report, question_vector, to
 
 def test_ask_with_the_chat_model_driving_the_controller(dr, report):
     llm, _ = scripted(HYDE, "1", "0", "4,812", "Yes")  # plan; gather: open the best, then enough; answer; validate
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", evidence="graph",
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", evidence="graph",
                                                         evidence_driver="llm"))
     (gathered,) = entries(result.trace, "gather")
     assert (gathered["driver"], gathered["stopped"], gathered["elements"]) == (
@@ -199,7 +199,7 @@ def test_a_table_pulls_in_its_caption_and_a_caption_its_figure(tmp_path, store, 
 def test_ask_with_graph_evidence_reads_elements_and_cites_an_elements_box(dr, report):
     _, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    config = AskConfig(answerer="chat", hyde="always", evidence="graph", evidence_tokens=200)
+    config = AskConfig.of(answerer="chat", hyde="always", evidence="graph", evidence_tokens=200)
     result = dr.ask(QUESTION, llm=llm, config=config)
 
     assert steps_of(result.trace) == ["plan", "retrieve", "rerank", "gather", "answer", "validate"]
@@ -230,7 +230,7 @@ def test_ask_with_graph_evidence_reads_elements_and_cites_an_elements_box(dr, re
 def test_the_reader_reads_the_evidence_pages_and_cites_their_elements(dr, report):
     _, doc_id = report
     llm, _ = scripted("Yes")  # the validator's reply; the reader answers
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="reader", hyde="never", max_rounds=1,
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="reader", hyde="never", max_rounds=1,
                                                         evidence="graph"))
     assert steps_of(result.trace) == ["plan", "retrieve", "rerank", "gather", "answer", "validate"]
     (gathered,) = entries(result.trace, "gather")
@@ -244,14 +244,14 @@ def test_the_reader_reads_the_evidence_pages_and_cites_their_elements(dr, report
 
 def test_a_refined_round_gathers_again_and_pages_mode_is_unchanged(dr):
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2,
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=2,
                                                         evidence="graph"))
     assert steps_of(result.trace) == ["plan", "retrieve", "rerank", "gather", "answer", "validate",
                                       "refine", "retrieve", "rerank", "gather", "answer", "validate"]
     assert result.answer == "4812" and len(entries(result.trace, "gather")) == 2
 
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always"))
     assert steps_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]  # no gather node ran
     (answered,) = entries(result.trace, "answer")
     assert answered["evidence"] == "pages" and "Northfield | Year: 2019 | Passengers: 4,812" in seen[1]
@@ -266,7 +266,7 @@ def test_a_refined_round_gathers_again_and_pages_mode_is_unchanged(dr):
 ])
 def test_bad_evidence_settings_say_what_is_wrong(field, value, message):
     with pytest.raises(ValueError, match=message):
-        AskConfig(**{field: value})
+        AskConfig.of(**{field: value})
 
 
 def test_the_evidence_options_reach_the_config_from_the_command_line():
@@ -276,9 +276,10 @@ def test_the_evidence_options_reach_the_config_from_the_command_line():
     args = build_parser().parse_args(["ask", "q", "--evidence", "graph", "--evidence-tokens", "300",
                                       "--evidence-steps", "9", "--evidence-seconds", "1.5", "--evidence-driver", "llm"])
     config = ask_config(args)
-    assert (config.evidence, config.evidence_tokens, config.evidence_steps, config.evidence_seconds,
-            config.evidence_driver) == ("graph", 300, 9, 1.5, "llm")
-    assert AskConfig.from_values({"evidence": "graph", "evidence_seconds": 2}).evidence_seconds == 2
+    b = config.evidence_budgets
+    assert (config.reading.evidence, b.evidence_tokens, b.evidence_steps, b.evidence_seconds,
+            b.evidence_driver) == ("graph", 300, 9, 1.5, "llm")
+    assert AskConfig.from_values({"evidence": "graph", "evidence_seconds": 2}).evidence_budgets.evidence_seconds == 2
 
 
 @pytest.mark.parametrize("budget", [0, 1, 15, 60, 10_000])

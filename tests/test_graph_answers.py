@@ -32,7 +32,7 @@ from docrefrag.graph.context import AskConfig
 def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
     store_dir, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always"))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert "Northfield | Year: 2019 | Passengers: 4,812" in seen[1]  # each table row with its column names
@@ -59,7 +59,7 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
 def test_unsupported_answer_is_refined_with_a_new_query(dr, reply):
     """The query is the reply's first line without a label such as "The search query:" or quotes."""
     llm, seen = scripted(HYDE, "Southport", "No", reply, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=3))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=3))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate",
@@ -78,7 +78,7 @@ def test_unsupported_answer_is_refined_with_a_new_query(dr, reply):
 def test_refinement_stops_at_max_rounds(dr):
     # a third round would call the model a seventh time: the script has six replies
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=2))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace)[-1] == "validate" and len(entries(result.trace, "retrieve")) == 2
@@ -89,13 +89,13 @@ def test_refinement_stops_at_max_rounds(dr):
 
 def test_an_answer_supported_in_the_last_round_is_not_withheld(dr):
     llm, _ = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=2))
     assert (result.answer, result.withheld) == ("4812", "")
 
 
 def test_abstention_can_be_turned_off(dr):
     llm, _ = scripted(HYDE, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1, abstain=False))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=1, abstain=False))
     assert (result.answer, result.withheld, result.confidence) == ("Southport", "", 0.0)
 
 
@@ -103,7 +103,7 @@ def test_the_best_validated_round_is_the_answer(dr):
     # round 1: "4,812" is on the page (lexical support 1) but the model says No: confidence 0.5 < tau 0.9;
     # round 2: "Southport" is not on any page read and the model says No: 0.0. The run answers round 1's.
     llm, seen = scripted(HYDE, "4,812", "No", NEW_QUERY, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2, tau=0.9,
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=2, tau=0.9,
                                                         abstain=False))
     assert [e["confidence"] for e in entries(result.trace, "validate")] == [0.5, 0.0]
     assert (result.answer, result.confidence, result.rounds) == ("4812", 0.5, 2)
@@ -112,7 +112,7 @@ def test_the_best_validated_round_is_the_answer(dr):
 
 def test_a_refinement_that_echoes_the_question_searches_its_intents(dr):
     llm, seen = scripted(HYDE, "Southport", "No", QUESTION, "4,812", "Yes")  # the refiner repeats the question
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=2))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=2))
     (refine,) = entries(result.trace, "refine")
     first, second = entries(result.trace, "retrieve")
     assert refine["query"] != QUESTION and "Northfield" in refine["query"] and "2019" in refine["query"]
@@ -155,7 +155,7 @@ def test_abstentions_are_written_as_not_answerable():
 
 def test_tau_zero_never_refines(dr):
     llm, seen = scripted(HYDE, "Southport", "No")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", tau=0.0))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", tau=0.0))
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
@@ -172,6 +172,6 @@ class _SlowChat(GenericFakeChatModel):
 
 def test_time_to_first_answer_counts_the_planning(dr):
     llm = _SlowChat(messages=iter([AIMessage(HYDE), AIMessage("4,812"), AIMessage("Yes")]))
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=1))
     assert result.answer == "4812"
     assert 0.6 <= result.ttft_s <= result.seconds  # the HyDE passage and the answer, not the answer alone

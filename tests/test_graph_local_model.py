@@ -17,7 +17,7 @@ def test_ask_with_the_real_local_model(dr, report):
     _, doc_id = report
     reports: list[tuple[int, int]] = []
     with decoding_progress(lambda read, written: reports.append((read, written))):  # as the CLI's progress line
-        result = dr.ask(QUESTION, llm=None, config=AskConfig(answerer="chat", max_rounds=1))
+        result = dr.ask(QUESTION, llm=None, config=AskConfig.of(answerer="chat", max_rounds=1))
     # the graph's nodes report every token loop: the answer's prompt (a page read), then each token written
     prefills = [read for read, written in reports if written == 0]
     assert prefills and max(prefills) > 150
@@ -61,7 +61,7 @@ def test_chat_reranker_orders_the_pages_by_the_local_models_relevance(dr, report
 
     _, doc_id = report
     local = LocalChatModel(path=model_dir("smollm2"), max_new_tokens=8)  # the smallest decoder: the ordering only
-    config = AskConfig(answerer="chat", rerank=True, reranker="chat", hyde="never", max_rounds=1)
+    config = AskConfig.of(answerer="chat", rerank=True, reranker="chat", hyde="never", max_rounds=1)
     assert not config.needs_reader
     result = dr.ask(QUESTION, llm=local, config=config)
 

@@ -31,7 +31,7 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     query disagreement at or above the threshold, then the question is searched again; once per run."""
     llm, seen = scripted("4,812", "Yes")
     # memory=False: no run stores its plan, so none seeds the next one's search (graph/memory.py)
-    never = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="never", max_rounds=1, memory=False))
+    never = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="never", max_rounds=1, memory=False))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     first = entries(never.trace, "retrieve")[0]["queries"][0]
     q = first["query_disagreement"]  # rounded to 3 decimals
@@ -39,11 +39,11 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
     assert first["switched_off"] == {"sparse": 0, "dense": 0}  # no branch fails on the generated report
 
     llm, seen = scripted("4,812", "Yes")
-    calm = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=q + 0.01, memory=False))
+    calm = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", disagreement=q + 0.01, memory=False))
     assert [prompt_kind(p) for p in seen] == ["answer", "validate"]
     assert nodes_of(calm.trace) == ["plan", "retrieve", "rerank", "answer", "validate"]
 
-    config = AskConfig(answerer="chat", disagreement=max(q - 0.01, 0.0), max_rounds=1, memory=False)
+    config = AskConfig.of(answerer="chat", disagreement=max(q - 0.01, 0.0), max_rounds=1, memory=False)
     llm, seen = scripted(HYDE, "4,812", "Yes")
     once = dr.ask(QUESTION, llm=llm, config=config, thread_id="hyde-thread")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
@@ -56,7 +56,7 @@ def test_disagreeing_branches_bring_hyde_and_a_second_search(dr):
 
     # threshold 0: every search qualifies, yet the passage is written once, in round 1 only
     llm, seen = scripted(HYDE, "Southport", "No", NEW_QUERY, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", disagreement=0.0))
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", disagreement=0.0))
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate", "refine", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate",
                                       "refine", "retrieve", "rerank", "answer", "validate"]
@@ -73,7 +73,7 @@ def test_disagreeing_branches_bring_sub_queries_in_that_mode(dr):
     HyDE passage and the sub-queries, and the second search runs the question and each sub-query."""
     sub = "Which table lists the Northfield passengers?"
     llm, seen = scripted(HYDE, f"1. {sub}", "4,812", "Yes")
-    config = AskConfig(answerer="chat", decompose="disagreement", disagreement=0.0, max_rounds=1)
+    config = AskConfig.of(answerer="chat", decompose="disagreement", disagreement=0.0, max_rounds=1)
     result = dr.ask(QUESTION, llm=llm, config=config)
     assert [prompt_kind(p) for p in seen] == ["hyde", "decompose", "answer", "validate"]
     assert nodes_of(result.trace) == ["plan", "retrieve", "enrich", "retrieve", "rerank", "answer", "validate"]
@@ -84,7 +84,7 @@ def test_disagreeing_branches_bring_sub_queries_in_that_mode(dr):
     assert after["queries"][0]["sparse"].startswith(QUESTION) and after["queries"][1]["sparse"].startswith(sub)
 
     llm, seen = scripted(f"1. {sub}", "4,812", "Yes")  # decomposition alone, on disagreement
-    config = AskConfig(answerer="chat", hyde="never", decompose="disagreement", disagreement=0.0, max_rounds=1,
+    config = AskConfig.of(answerer="chat", hyde="never", decompose="disagreement", disagreement=0.0, max_rounds=1,
                        memory=False)  # the first run's recalled sub-query would count as the decomposition
     dr.ask(QUESTION, llm=llm, config=config)
     assert [prompt_kind(p) for p in seen] == ["decompose", "answer", "validate"]
@@ -96,7 +96,7 @@ def test_enrich_route_only_in_round_one_and_once():
     from docrefrag.graph.graph import route_after_retrieve
 
     def route(hyde="disagreement", decompose="never", **state):  # the default modes
-        config = AskConfig(hyde=hyde, decompose=decompose, disagreement=0.5)
+        config = AskConfig.of(hyde=hyde, decompose=decompose, disagreement=0.5)
         runtime = SimpleNamespace(context=SimpleNamespace(config=config))
         plan = {"hyde": "", "sub_queries": [QUESTION]}
         return route_after_retrieve({"round": 1, "query_disagreement": 0.5, "plan": plan, **state}, runtime)
@@ -113,7 +113,7 @@ def test_enrich_route_only_in_round_one_and_once():
 def test_rerank_node_replaced_by_dotted_path(dr, report):
     _, doc_id = report
     llm, seen = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always", max_rounds=1),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always", max_rounds=1),
                     nodes={"rerank": f"{__name__}:reverse_rerank"})
 
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer", "validate"]
@@ -129,16 +129,16 @@ def test_rerank_node_replaced_by_dotted_path(dr, report):
 def test_chat_reranker_needs_a_local_model(dr):
     llm, seen = scripted(HYDE, "4,812", "Yes")
     with pytest.raises(ValueError, match="local model's logits.*--llm local or local:DIR"):
-        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", rerank=True, reranker="chat"))
+        dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", rerank=True, reranker="chat"))
     assert not seen  # refused before any call
     with pytest.raises(ValueError, match="reranker must be 'reader' or 'chat'"):
-        AskConfig(reranker="bm25")
+        AskConfig.of(reranker="bm25")
 
 
 @pytest.mark.parametrize("answerer", ["reader", "chat"])
 def test_no_page_to_read_is_not_answerable_without_reading(dr, answerer):
     llm, seen = scripted()  # any call to the model would raise: it has no reply to give
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer=answerer, hyde="never", max_rounds=1),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer=answerer, hyde="never", max_rounds=1),
                     nodes={"rerank": f"{__name__}:drop_all_hits"})
 
     assert seen == [] and result.answer == "Not answerable" and result.claims == []

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import closing
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from docrefrag.agents.endpoint import LLMUnavailableError
 from docrefrag.api import DocRefrag
 from docrefrag.graph.context import AskConfig
 from docrefrag.graph.graph import build_graph
+from docrefrag.graph.runs import run_checkpoints
 from docrefrag.indexes.errors import StoreError
 
 
@@ -37,14 +37,14 @@ def assert_plain_data(value, where: str = "state") -> None:
 
 def read_state(store_dir: Path, thread_id: str):
     """The checkpointed state of a run, through a fresh graph and connection."""
-    with closing(sqlite3.connect(store_dir / "checkpoints.sqlite")) as conn:
+    with closing(sqlite3.connect(run_checkpoints(store_dir))) as conn:
         return build_graph(checkpointer=SqliteSaver(conn)).get_state({"configurable": {"thread_id": thread_id}})
 
 
 def test_finished_run_is_checkpointed_as_plain_data(dr, report):
     store_dir, _ = report
     llm, _ = scripted(HYDE, "4,812", "Yes")
-    result = dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"),
+    result = dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always"),
                     thread_id="checkpointed-run")
     assert result.thread_id == "checkpointed-run"
 
@@ -69,7 +69,7 @@ def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
     store_dir, _ = report
     llm, seen = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
     with pytest.raises(LLMUnavailableError, match="127.0.0.1:9"):
-        dr.ask(QUESTION, llm=llm, config=AskConfig(answerer="chat", hyde="always"), thread_id="failed-run")
+        dr.ask(QUESTION, llm=llm, config=AskConfig.of(answerer="chat", hyde="always"), thread_id="failed-run")
     assert [prompt_kind(p) for p in seen] == ["hyde", "answer"]
 
     snapshot = read_state(store_dir, "failed-run")
@@ -80,7 +80,7 @@ def test_llm_failure_mid_run_surfaces_and_keeps_the_checkpoint(dr, report):
 
 
 def test_a_failed_run_names_its_id_and_resumes_where_it_stopped(dr):
-    config = AskConfig(answerer="chat", hyde="always")
+    config = AskConfig.of(answerer="chat", hyde="always")
     llm, _ = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
     with pytest.raises(LLMUnavailableError) as failure:
         dr.ask(QUESTION, llm=llm, config=config, thread_id="resumable")
@@ -98,7 +98,7 @@ def test_a_failed_run_names_its_id_and_resumes_where_it_stopped(dr):
 
 
 def test_a_reused_thread_reports_only_its_own_run(dr):
-    config = AskConfig(answerer="chat", hyde="always", max_rounds=1)
+    config = AskConfig.of(answerer="chat", hyde="always", max_rounds=1)
     first = dr.ask(QUESTION, llm=scripted(HYDE, "Southport", "No")[0], config=config, thread_id="reused")
     second = dr.ask(QUESTION, llm=scripted(HYDE, "4,812", "Yes")[0], config=config, thread_id="reused")
     assert (first.answer, first.withheld) == ("Not answerable", "Southport") and second.answer == "4812"
@@ -110,14 +110,25 @@ def test_a_reused_thread_reports_only_its_own_run(dr):
 def test_a_resume_runs_with_the_options_the_run_was_started_with(dr):
     from docrefrag.graph.runs import RunOptions
 
-    config = AskConfig(answerer="chat", hyde="always", max_rounds=1, abstain=False)
+    config = AskConfig.of(answerer="chat", hyde="always", max_rounds=1, abstain=False)
     llm, _ = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
     with pytest.raises(LLMUnavailableError):
         dr.ask(QUESTION, llm=llm, config=config, thread_id="stored-options")
     assert dr.run_options("stored-options") == RunOptions(None, config, None)  # a model object: no spec to store
     with pytest.raises(ValueError, match="started with max_rounds = 1, not 2; drop that option"):
-        dr.resume("stored-options", llm=scripted()[0], config=replace(config, max_rounds=2))
+        dr.resume("stored-options", llm=scripted()[0], config=AskConfig.from_values({"max_rounds": 2}, config))
     with pytest.raises(ValueError, match="chat model passed as an object, which is not stored"):
         dr.resume("stored-options")
     result = dr.resume("stored-options", llm=scripted("Southport", "No")[0])  # config: the stored one
     assert (result.answer, result.rounds, result.withheld) == ("Southport", 1, "")  # one round, no abstention
+
+
+def test_run_ids_and_the_checkpoints_file_come_from_one_place(tmp_path):
+    from docrefrag.graph.runs import new_run_id
+
+    ids = {new_run_id() for _ in range(50)}
+    assert len(ids) == 50 and all(len(i) == 12 and int(i, 16) >= 0 for i in ids)
+    assert new_run_id("q17").startswith("q17-") and len(new_run_id("q17")) == len("q17-") + 12
+    assert run_checkpoints(tmp_path) == tmp_path / "checkpoints.sqlite"  # a store's
+    rows = tmp_path / "mmlongbench-answers.jsonl"  # a benchmark run's, beside its rows
+    assert run_checkpoints(rows.parent, rows.stem) == rows.with_suffix(".checkpoints.sqlite")

@@ -33,19 +33,19 @@ def heron_llm() -> GenericFakeChatModel:
 def _refined_run(dr):
     """A run validated in its second round: its plan holds the refined query and the question."""
     llm, _ = scripted("Southport", "No", NEW_QUERY, "4,812", "Yes")
-    return dr.ask(QUESTION, llm=llm, config=AskConfig(**CHAT, max_rounds=2))
+    return dr.ask(QUESTION, llm=llm, config=AskConfig.of(**CHAT, max_rounds=2))
 
 
 def test_a_validated_run_stores_its_plan_once(dr, report):
     llm, _ = scripted("Southport", "No")  # not validated: nothing stored
-    assert not dr.ask(QUESTION, llm=llm, config=AskConfig(**CHAT, max_rounds=1)).supported
+    assert not dr.ask(QUESTION, llm=llm, config=AskConfig.of(**CHAT, max_rounds=1)).supported
     assert dr.plans() == []
 
     result = _refined_run(dr)
     assert result.supported and result.rounds == 2
     (plan,) = dr.plans()
     assert (plan.question, plan.doc_ids, plan.sub_queries) == (QUESTION, [report[1]], [NEW_QUERY, QUESTION])
-    assert (plan.rounds, plan.confidence) == (2, result.confidence) and plan.confidence >= AskConfig().tau
+    assert (plan.rounds, plan.confidence) == (2, result.confidence) and plan.confidence >= AskConfig().validation.tau
     assert plan.nodes == ["plan", "retrieve", "rerank", "answer", "validate", "refine"]
     assert plan.evidence["pages"] == [{"doc_id": report[1], "page": ANSWER_PAGE}]
     graph = dr.open_store().graph(report[1])
@@ -60,7 +60,7 @@ def test_a_paraphrase_recalls_the_plan_and_an_unrelated_question_does_not(dr, re
     _refined_run(dr)
     (stored,) = dr.plans()
     llm, _ = scripted("4,812", "Yes")
-    result = dr.ask(PARAPHRASE, llm=llm, config=AskConfig(**CHAT, max_rounds=1))
+    result = dr.ask(PARAPHRASE, llm=llm, config=AskConfig.of(**CHAT, max_rounds=1))
     assert nodes_of(result.trace) == ["plan", "memory", "retrieve", "rerank", "answer", "validate"]
     (memory,) = entries(result.trace, "memory")
     (recalled,) = memory["recalled"]
@@ -74,7 +74,7 @@ def test_a_paraphrase_recalls_the_plan_and_an_unrelated_question_does_not(dr, re
     assert len(dr.plans()) == 2  # the paraphrase's validated plan joins it
 
     llm, _ = scripted("Contactless payment", "Yes")
-    unrelated = dr.ask(UNRELATED, llm=llm, config=AskConfig(**CHAT, max_rounds=1))
+    unrelated = dr.ask(UNRELATED, llm=llm, config=AskConfig.of(**CHAT, max_rounds=1))
     assert "memory" not in nodes_of(unrelated.trace)
     assert len(entries(unrelated.trace, "retrieve")[0]["queries"]) == 1
 
@@ -86,11 +86,11 @@ def test_a_paraphrase_recalls_the_plan_and_an_unrelated_question_does_not(dr, re
 
 def test_memory_off_neither_stores_nor_recalls(dr):
     llm, _ = scripted("4,812", "Yes")
-    dr.ask(QUESTION, llm=llm, config=AskConfig(**CHAT, max_rounds=1, memory=False))
+    dr.ask(QUESTION, llm=llm, config=AskConfig.of(**CHAT, max_rounds=1, memory=False))
     assert dr.plans() == []
     _refined_run(dr)
     llm, _ = scripted("4,812", "Yes")
-    result = dr.ask(PARAPHRASE, llm=llm, config=AskConfig(**CHAT, max_rounds=1, memory=False))
+    result = dr.ask(PARAPHRASE, llm=llm, config=AskConfig.of(**CHAT, max_rounds=1, memory=False))
     assert "memory" not in nodes_of(result.trace) and len(entries(result.trace, "retrieve")[0]["queries"]) == 1
     assert len(dr.plans()) == 1
 
@@ -100,7 +100,7 @@ def test_memory_never_changes_the_citations(dr):
     answers = {}
     for memory in (True, False):
         llm, _ = scripted("4,812", "Yes")
-        answers[memory] = dr.ask(PARAPHRASE, llm=llm, config=AskConfig(**CHAT, max_rounds=1, memory=memory))
+        answers[memory] = dr.ask(PARAPHRASE, llm=llm, config=AskConfig.of(**CHAT, max_rounds=1, memory=memory))
     assert entries(answers[True].trace, "memory") and not entries(answers[False].trace, "memory")
     assert answers[True].answer == answers[False].answer == "4812"
     assert answers[True].claims == answers[False].claims
@@ -128,7 +128,7 @@ def test_the_memory_bench_splits_each_document_and_its_rows_name_the_recalled_pl
     rows = evaluate_answers(dr.open_store(), HybridSearcher(dr.open_store(), dr.embedder), llm,
                             [q("p", "transit-review.pdf", PARAPHRASE), q("u", "transit-review.pdf", UNRELATED)],
                             {"transit-review.pdf": report[1]}, tmp_path / "rows.jsonl",
-                            AskConfig(**CHAT, max_rounds=1), show_progress=False)
+                            AskConfig.of(**CHAT, max_rounds=1), show_progress=False)
     assert [r["recalled"] for r in rows] == [[stored.id], []]
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
@@ -27,6 +26,7 @@ from pydantic import BaseModel, Field
 from docrefrag.api import DocRefrag, check_question
 from docrefrag.cli_common import one_line
 from docrefrag.graph.context import AskConfig
+from docrefrag.graph.runs import new_run_id, run_checkpoints
 from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
 from docrefrag.server.page_images import page_url
 
@@ -131,7 +131,7 @@ def add_question_routes(router: APIRouter, state: ServerState) -> None:
     async def ask(body: AskRequest) -> StreamingResponse:
         check_question(body.question)
         config = AskConfig.from_values(body.config, state.config, where="config")
-        run_id = uuid.uuid4().hex[:12]
+        run_id = new_run_id()
 
         def start(dr: DocRefrag, on_event: Callable[[str, dict], None]) -> AskResult:
             return dr.ask(body.question, doc=body.doc, llm=state.chat_model(dr), config=config, on_event=on_event,
@@ -143,13 +143,13 @@ def add_question_routes(router: APIRouter, state: ServerState) -> None:
     async def run(run_id: RunId) -> dict:
         def read() -> dict:
             with worker.fresh() as dr:
-                stored = dr.stored_run(run_id) if (dr.store_path / "checkpoints.sqlite").is_file() else None
+                stored = dr.stored_run(run_id) if run_checkpoints(dr.store_path).is_file() else None
                 if stored is None:
                     raise HTTPException(404, f"no run {run_id} in this store")
                 options = dr.run_options(run_id)
                 names = names_of(dr)
             return {"run_id": run_id, "question": stored.question, "finished": stored.finished, "next": stored.next,
-                    "config": asdict(options.config) if options else None, "trace": stored.trace,
+                    "config": options.config.flat() if options else None, "trace": stored.trace,
                     "result": public_result(stored.result, names) if stored.result else None}
 
         return await run_in_threadpool(read)
