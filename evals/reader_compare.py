@@ -12,8 +12,8 @@
   mean log-probability of the gold answer given the built input (the GRPO reward) and the official score
   of the answer the reader decodes from that same input (`final_answer`, as `ask` returns it); and the
   selection time (a reading's first selection, the perplexity pass included). Selectors: random, MiniLM
-  similarity, the decoder's perplexity highest and lowest first (`docrefrag.core.perplexity`, REFRAG's
-  heuristics), supervised (a warm-start checkpoint's selector) and supervised + GRPO (the checkpoint's).
+  similarity, the decoder's perplexity, least predictable first (`docrefrag.core.perplexity`, REFRAG's
+  heuristic), supervised (a warm-start checkpoint's selector) and supervised + GRPO (the checkpoint's).
 - full-text: per question, the consistency fusion's top pages of its document, read by the reader at p
   (as `ask` reads) and by the same decoder reading those pages' stored text in full (M3DocRAG-style: the
   same prompt frame and greedy decoding, no compression); accuracy (official rules) and the time to
@@ -74,8 +74,7 @@ def selector_factories(reader, supervised: ChunkSelector | None = None) -> dict[
     random, similarity = RandomSelector(0), SimilaritySelector(reader.config.question_dim)
     choices: dict[str, SelectorFactory] = {
         "random": lambda r: random, "MiniLM similarity": lambda r: similarity,
-        "perplexity, highest first": lambda r: PerplexitySelector(reader, r.ex.prompt, r.regions, highest=True),
-        "perplexity, lowest first": lambda r: PerplexitySelector(reader, r.ex.prompt, r.regions, highest=False)}
+        "decoder perplexity": lambda r: PerplexitySelector(reader, r.ex.prompt, r.regions)}
     if supervised is not None:
         choices["supervised (warm start)"] = lambda r: supervised
     choices["supervised + GRPO (checkpoint)"] = lambda r: reader.selector
