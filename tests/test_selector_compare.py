@@ -156,3 +156,11 @@ def test_full_text_reads_the_same_top_pages_as_the_reader_and_tables_both(tok):
     assert table[0] == "questions: 2; an evidence page among the pages read: 2"
     assert [line.split(" | ")[0] for line in table[4:]] == ["| full text", "| reader"]
     assert table[4].endswith("| 1.00x |")
+
+
+def test_a_selector_checkpoint_of_another_reader_config_is_refused_naming_both(tok):
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT
+    from docrefrag.evals.reader_compare import checkpoint_selector
+
+    with pytest.raises(ValueError, match="another ReaderConfig.*one training run"):
+        checkpoint_selector(DEFAULT_CHECKPOINT, tiny_reader(tok))
