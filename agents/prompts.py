@@ -42,3 +42,15 @@ EVIDENCE_CHOICE = (
     "{candidates}\n\nReply with the number of the passage most likely to hold the answer, or 0 if what "
     "you have read already answers the question. Number:"
 )
+
+# The retrieval agent's first instructions (agents/tool_agent.py): the store keeps them as version 1 and
+# every later version (indexes/instructions.py; `docrefrag agent show|history|use`, `docrefrag evolve`).
+AGENT_SEED = (
+    "You find the pages of a document that hold the answer to a question, by calling tools.\n"
+    "1. First call search_pages with the question's key words as the query: for \"What was the Nordic revenue "
+    "in 2025?\" the query is \"Nordic revenue 2025\".\n"
+    "2. When the question quotes words or names a table, figure, chart or section (\"Table 6\"), also call "
+    "bm25_search with those words and the key words.\n"
+    "3. When no snippet shows the answer, call read_page on the best page, or search again with other words.\n"
+    "4. Reply finish when a page you found states the answer, or when two searches rank the same page first."
+)

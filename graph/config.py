@@ -150,6 +150,9 @@ class SearchConfig:
                 "tools step by step, following the store's active instructions (docrefrag agent show; "
                 "agents/tool_agent.py), and hands the pages it found to the answer agent"})
     agent_steps: int = field(default=5, metadata={"help": "retrieval agent: tool calls at most per round"})
+    agent_tools: str = field(default="", metadata={
+        "help": "retrieval agent: a team's tools besides the built-in ones, comma-separated 'package.module:factory' "
+                "paths; each factory takes (store, searcher) and returns a LangChain tool (agents/tools.py)"})
 
     def __post_init__(self) -> None:
         _check_choices(self)

@@ -1,5 +1,6 @@
 """The ask graph: plan -> retrieve [-> enrich -> retrieve] -> rerank [-> gather] -> answer -> validate
--> done | refine -> retrieve ...
+-> done | refine -> retrieve ...; with `AskConfig.search.retrieval="agent"`, explore (the tool-using retrieval
+agent, agents/tool_agent.py) takes the place of retrieve [-> enrich -> retrieve] in every round.
 
 The graph acts on the branches' disagreement: when the first round's search of the question finds the
 BM25 and dense rankings uncorrelated or opposed (query disagreement >= `AskConfig.search.disagreement`),
@@ -41,11 +42,14 @@ from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.rerank import reorder
 from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.schemas import Claim, Plan
+from docrefrag.agents.tool_agent import find_pages
+from docrefrag.agents.tools import ToolRegistry
 from docrefrag.agents.validation import validate
 from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.memory import seed_plan
 from docrefrag.graph.state import AskState
 from docrefrag.indexes.hybrid import Hit
+from docrefrag.indexes.instructions import AgentInstructions
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +81,34 @@ def retrieve(state: AskState, runtime: Runtime[AskContext]) -> dict:
     return {"hits": [asdict(h) for h in hits], "query_disagreement": runs[0].query_disagreement if runs else 0.0,
             "trace": [{"node": "retrieve", "round": state.get("round", 1), "queries": queries,
                        "hits": [_hit_summary(h) for h in hits]}]}
+
+
+def explore(state: AskState, runtime: Runtime[AskContext]) -> dict:
+    """The retrieval agent (retrieval "agent"): the chat model calls the tools step by step, following the store's
+    active instructions; the pages it found, best first, are the round's hits."""
+    ctx, cfg = runtime.context, runtime.context.config
+    tools = ToolRegistry.from_config(ctx.store, ctx.searcher, [t.strip() for t in cfg.search.agent_tools.split(",")
+                                                              if t.strip()])
+    instructions = AgentInstructions(ctx.store.db).active(prompts.AGENT_SEED)
+    scope, notes = state.get("doc_ids") or None, []
+    if scope and len(scope) == 1:
+        notes.append(f"Document: {scope[0]} ({len(ctx.store.page_numbers(scope[0]))} pages)")
+    p = Plan(**state["plan"])
+    if state.get("round", 1) > 1 and p.sub_queries:
+        notes.append(f"An earlier search found no page that supports an answer; search other words too, "
+                     f"e.g.: {p.sub_queries[0]}")
+    found = find_pages(state["question"], list(tools.tools.values()), ctx.llm, instructions.text,
+                       cfg.search.agent_steps, scope, "\n".join(notes))
+    hits = [Hit(doc, page, score, None, None, snippet=found.snippets.get((doc, page), ""))
+            for doc, page, score in found.pages]
+    return {"hits": [asdict(h) for h in hits],
+            "trace": [{"node": "explore", "round": state.get("round", 1), "instructions": instructions.version,
+                       "stopped": found.stopped, "calls": [c.summary() for c in found.calls],
+                       "hits": [_hit_summary(h) for h in hits]}]}
+
+
+def route_retrieval(state: AskState, runtime: Runtime[AskContext]) -> Literal["retrieve", "explore"]:
+    return "explore" if runtime.context.config.search.retrieval == "agent" else "retrieve"
 
 
 def _to_enrich(state: AskState, cfg: AskConfig) -> list[str]:
@@ -230,8 +262,8 @@ def _hit_summary(h: Hit) -> dict:
             "rerank": None if h.rerank is None else round(h.rerank, 3)}
 
 
-NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "enrich": enrich, "rerank": rerank, "gather": gather,
-                          "answer": answer, "validate": validate_answer, "refine": refine}
+NODES: dict[str, Node] = {"plan": plan, "retrieve": retrieve, "explore": explore, "enrich": enrich, "rerank": rerank,
+                          "gather": gather, "answer": answer, "validate": validate_answer, "refine": refine}
 
 
 def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
@@ -245,12 +277,13 @@ def build_graph(nodes: dict[str, Node | str] | None = None, checkpointer=None):
     for name, fn in chosen.items():
         builder.add_node(name, fn)
     builder.add_edge(START, "plan")
-    builder.add_edge("plan", "retrieve")
+    builder.add_conditional_edges("plan", route_retrieval, ["retrieve", "explore"])
     builder.add_conditional_edges("retrieve", route_after_retrieve, ["enrich", "rerank"])
     builder.add_edge("enrich", "retrieve")
     builder.add_conditional_edges("rerank", route_after_rerank, ["gather", "answer"])
     builder.add_edge("gather", "answer")
     builder.add_edge("answer", "validate")
     builder.add_conditional_edges("validate", route_after_validate, ["refine", END])
-    builder.add_edge("refine", "retrieve")
+    builder.add_conditional_edges("refine", route_retrieval, ["retrieve", "explore"])
+    builder.add_edge("explore", "rerank")
     return builder.compile(checkpointer=checkpointer)
