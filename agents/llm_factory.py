@@ -55,7 +55,8 @@ def make_llm(spec: str | None = None, *, timeout: float = 60, max_retries: int =
     user factory is called without arguments and configures its own. Bad specs raise ValueError.
     """
     model = _make_llm(spec, timeout=timeout, max_retries=max_retries, backoff=backoff)
-    model.metadata = {**(model.metadata or {}), "llm_spec": spec or "local"}  # the run records it (graph.runs)
+    # the run records keep it (graph.run_checkpoints)
+    model.metadata = {**(model.metadata or {}), "llm_spec": spec or "local"}
     return model
 
 

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
     from docrefrag.core.reader import DocRefragReader
+    from docrefrag.graph.ask import AskResult, AskRun, StoredRun
     from docrefrag.graph.context import AskConfig
-    from docrefrag.graph.run import AskResult, AskRun, StoredRun
-    from docrefrag.graph.runs import RunOptions
+    from docrefrag.graph.run_checkpoints import RunOptions
     from docrefrag.indexes.memory_table import StoredPlan
 
 
@@ -201,13 +201,13 @@ class DocRefrag(ModelWork):
             checkpoint: Path | str | None = None) -> AskResult:
         """Answer `question` from the store's documents (or `doc`), with citations and a trace.
 
-        `on_event(node, update)` is called as each graph node finishes (streaming). The run is
-        checkpointed in STORE/checkpoints.sqlite under `thread_id` (a new id if None); a failed run's
+        `on_event(node, update)` is called as each graph node finishes (streaming). The run is kept in
+        the store's run checkpoints (STORE/checkpoints.sqlite) under `thread_id` (a new id if None); a failed run's
         error carries its id, and `resume` continues it. `checkpoint` is the Doc-REFRAG reader's
         (default: the one shipped in the package).
         """
-        from docrefrag.graph.run import AskRun
-        from docrefrag.graph.runs import new_run_id
+        from docrefrag.graph.ask import AskRun
+        from docrefrag.graph.run_checkpoints import new_run_id
 
         check_question(question)
         store = self.usable_store()
@@ -218,20 +218,20 @@ class DocRefrag(ModelWork):
                on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None,
                checkpoint: Path | str | None = None) -> AskResult:
         """Continue the unfinished run `thread_id` (one whose LLM failed, say) from its last checkpoint,
-        with its own question and documents and the options it was started with (`docrefrag.graph.runs`): an
+        with its own question and documents and the options it was started with (`docrefrag.graph.run_checkpoints`): an
         option left None takes the stored value; one that differs from it is refused (ValueError)."""
-        from docrefrag.graph.run import AskRun
+        from docrefrag.graph.ask import AskRun
 
         store = self.usable_store()
         options = self.resume_options(thread_id, llm, config, checkpoint)
         return self._run(store, _AskCall(AskRun("", thread_id, resume=True), _model_object(llm) or options.llm,
-                                         options.config, options.checkpoint, on_event, nodes))
+                                         options.config, options.reader_checkpoint, on_event, nodes))
 
     def resume_options(self, thread_id: str, llm: str | BaseChatModel | None = None, config: AskConfig | None = None,
                        checkpoint: Path | str | None = None) -> RunOptions:
         """What `resume` runs `thread_id` with: its stored options, with the given ones where they
         agree; a given option that differs from the stored one raises ValueError naming both."""
-        from docrefrag.graph.runs import recorded_run, resume_options
+        from docrefrag.graph.run_checkpoints import recorded_run, resume_options
 
         model = _model_object(llm)
         return resume_options(thread_id, recorded_run(self._checkpoints(), thread_id),
@@ -239,15 +239,16 @@ class DocRefrag(ModelWork):
                               None if checkpoint is None else str(checkpoint), model_given=model is not None)
 
     def run_options(self, thread_id: str) -> RunOptions | None:
-        """The options run `thread_id` was started with (`docrefrag.graph.runs`), or None for an unknown run."""
-        from docrefrag.graph.runs import recorded_run
+        """The options run `thread_id` was started with (`docrefrag.graph.run_checkpoints`); None for an unknown
+        run."""
+        from docrefrag.graph.run_checkpoints import recorded_run
 
         return recorded_run(self._checkpoints(), thread_id)
 
     def stored_run(self, thread_id: str) -> StoredRun | None:
-        """Run `thread_id` as its checkpoints hold it (`docrefrag.graph.run.StoredRun`): finished, with its
+        """Run `thread_id` as its checkpoints hold it (`docrefrag.graph.ask.StoredRun`): finished, with its
         result, or unfinished, with the nodes a `resume` would run; None for an unknown run."""
-        from docrefrag.graph.run import stored_run
+        from docrefrag.graph.ask import stored_run
 
         options = self.run_options(thread_id)
         return stored_run(self._checkpoints(), thread_id, options.config if options else None)
@@ -259,8 +260,8 @@ class DocRefrag(ModelWork):
         return llm_spec(model)
 
     def _checkpoints(self) -> Path:
-        """The store's run checkpoints file (`docrefrag.graph.runs.run_checkpoints`)."""
-        from docrefrag.graph.runs import run_checkpoints
+        """The store's run checkpoints file (`docrefrag.graph.run_checkpoints.run_checkpoints`)."""
+        from docrefrag.graph.run_checkpoints import run_checkpoints
 
         return run_checkpoints(self.open_store().root)
 
@@ -271,20 +272,20 @@ class DocRefrag(ModelWork):
 
     def _run(self, store: Store, call: _AskCall) -> AskResult:
         """Load the models `call` needs, record its options (a new run: a resume continues with them) and
-        run it (`docrefrag.graph.run.run_ask`)."""
+        run it (`docrefrag.graph.ask.run_ask`)."""
+        from docrefrag.graph.ask import ask_context, run_ask
         from docrefrag.graph.context import AskConfig
-        from docrefrag.graph.run import ask_context, run_ask
-        from docrefrag.graph.runs import RunOptions, record_run, run_checkpoints
+        from docrefrag.graph.run_checkpoints import RunOptions, record_run, run_checkpoints
 
         config = call.config or AskConfig()
         chat_model = self.llm(call.llm)  # a bad --llm fails here, before seconds of loading the reader
-        reader = self.reader(call.checkpoint) if config.needs_reader else None
+        reader = self.reader(call.reader_checkpoint) if config.needs_reader else None
         context = ask_context(store, HybridSearcher(store, self.embedder), chat_model, config, reader)
         checkpoints = run_checkpoints(store.root)
-        if not call.run.resume:  # a resume continues with these (graph.runs)
+        if not call.run.resume:  # a resume continues with these (graph.run_checkpoints)
             record_run(checkpoints, call.run.run_id, RunOptions(
                 call.llm if isinstance(call.llm, str) else self._spec(chat_model), config,
-                None if call.checkpoint is None else str(call.checkpoint)))
+                None if call.reader_checkpoint is None else str(call.reader_checkpoint)))
         return run_ask(context, call.run, checkpoints, call.on_event, call.nodes)
 
 
@@ -295,6 +296,6 @@ class _AskCall:
     run: AskRun
     llm: str | BaseChatModel | None  # a spec or a chat model object
     config: AskConfig | None  # None: the defaults
-    checkpoint: Path | str | None  # the reader's weights; None: the ones shipped in the package
+    reader_checkpoint: Path | str | None  # the reader's weights; None: the ones shipped in the package
     on_event: Callable[[str, dict], None] | None
     nodes: dict | None  # graph nodes replaced (`docrefrag.graph.graph.build_graph`)

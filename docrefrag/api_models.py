@@ -29,9 +29,9 @@ class ModelWork:
                            show_progress: bool = False) -> RetrievalReport:
         """Rank the benchmark's evidence pages (ingesting the documents the store lacks) and score the
         rankings; `hyde` / `decompose` plan with the chat model `llm` as `ask` does on disagreement,
-        `reranker` ("reader" or "chat") reorders the fused top pages as `ask` does (`docrefrag.evals.run`)."""
+        `reranker` ("reader" or "chat") reorders the fused top pages as `ask` does (`docrefrag.evals.harness`)."""
         from docrefrag.agents.rerank import check_reranker
-        from docrefrag.evals.run import run_retrieval
+        from docrefrag.evals.harness import run_retrieval
 
         chat = self.llm(llm) if hyde or decompose or reranker == "chat" else None
         if reranker not in (None, "reader"):
@@ -46,9 +46,9 @@ class ModelWork:
                          show_progress: bool = False) -> dict:
         """Answer the benchmark's questions with the ask graph under `config` and score them with the
         benchmark's official rules; `extractor` (a chat model) first extracts the short answer from
-        each reply (the benchmark's two-step protocol). Returns the summary (`docrefrag.evals.run`)."""
+        each reply (the benchmark's two-step protocol). Returns the summary (`docrefrag.evals.harness`)."""
         from docrefrag.agents.llm_factory import llm_spec
-        from docrefrag.evals.run import run_answers
+        from docrefrag.evals.harness import run_answers
         from docrefrag.graph.context import AskConfig
 
         config = config or AskConfig()
@@ -63,7 +63,7 @@ class ModelWork:
     def evaluate_baselines(self, benchmark: Benchmark, data: Path | str, out: Path | str, limit: int | None = None,
                            checkpoint: Path | str | None = None, show_progress: bool = False) -> str:
         """The reader behind each retrieval and reading pipeline, one markdown table (`docrefrag.evals.baselines`)."""
-        from docrefrag.evals.run import run_baselines
+        from docrefrag.evals.harness import run_baselines
 
         return run_baselines(benchmark, Path(data), self.open_store(create=True), self.embedder,
                              self.reader(checkpoint), Path(out), limit=limit, show_progress=show_progress)

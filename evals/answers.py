@@ -41,9 +41,9 @@ from docrefrag.evals.jsonl import load_rows
 from docrefrag.evals.score_common import as_list, parse_literal
 from docrefrag.evals.score_longdocurl import longdocurl_aggregate, longdocurl_prediction, longdocurl_score
 from docrefrag.evals.score_mmlongbench import mmlongbench_aggregate, mmlongbench_score
+from docrefrag.graph.ask import AskRun, ask_context, run_ask
 from docrefrag.graph.context import AskConfig
-from docrefrag.graph.run import AskRun, ask_context, run_ask
-from docrefrag.graph.runs import new_run_id, run_checkpoints
+from docrefrag.graph.run_checkpoints import new_run_id, run_checkpoints
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
 

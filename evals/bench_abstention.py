@@ -33,9 +33,9 @@ from docrefrag.core.text_embedder import TextEmbedder
 from docrefrag.core.weights import model_dir
 from docrefrag.evals.answers import score
 from docrefrag.evals.datasets import document_sources, load_questions
+from docrefrag.graph.ask import AskRun, ask_context, run_ask
 from docrefrag.graph.context import AskConfig
-from docrefrag.graph.run import AskRun, ask_context, run_ask
-from docrefrag.graph.runs import new_run_id, run_checkpoints
+from docrefrag.graph.run_checkpoints import new_run_id, run_checkpoints
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
 

@@ -39,7 +39,7 @@ METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency,
 
 def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
     from docrefrag.core.text_embedder import TextEmbedder
-    from docrefrag.evals.run import prepare
+    from docrefrag.evals.harness import prepare
     from docrefrag.indexes.hybrid import HybridSearcher
     from docrefrag.indexes.store import Store
     from docrefrag.indexes.visual_backends import CHUNKS, POOLED

@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="a folder for the rows")
     args = parser.parse_args()
     from docrefrag.api import DocRefrag
-    from docrefrag.evals.run import prepare, run_settings
+    from docrefrag.evals.harness import prepare, run_settings
     from docrefrag.graph.context import AskConfig
     from docrefrag.indexes.hybrid import HybridSearcher
 

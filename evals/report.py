@@ -37,7 +37,7 @@ def answers_markdown(summary: dict, latency_png: Path | None) -> str:
     for key, value in summary.items():
         if key in ("benchmark", "date"):
             continue
-        if key == "settings":  # models, reader checkpoint, ask config, encoder (evals.run.run_settings)
+        if key == "settings":  # models, reader checkpoint, ask config, encoder (evals.harness.run_settings)
             groups.append(f"## settings\n\n```json\n{json.dumps(value, indent=2, sort_keys=True)}\n```")
             continue
         if key == "abstention_curve":  # evals.answers.abstention_curve: {tau: {accuracy, f1}}

@@ -2,7 +2,7 @@
 question starts from it.
 
 A run whose answer the validator supported (confidence >= AskConfig.validation.tau, not "Not answerable") writes
-one plan into the store's memory at its end (`remember`, from graph/run.py): the question and its
+one plan into the store's memory at its end (`remember`, from graph/ask.py): the question and its
 query embedding, the documents it was asked over (all the ready ones for a whole-store question), the
 plan's final sub-queries, the evidence it cited (the pages, and the sections: the headings above the
 cited elements in the evidence graph), the graph nodes it ran, its rounds and its validator confidence.
@@ -34,8 +34,8 @@ from docrefrag.indexes.evidence_graph import ROOT
 from docrefrag.indexes.memory_table import StoredPlan
 
 if TYPE_CHECKING:
+    from docrefrag.graph.ask import AskResult
     from docrefrag.graph.context import AskContext
-    from docrefrag.graph.run import AskResult
     from docrefrag.indexes.store import Store
 
 logger = logging.getLogger(__name__)

@@ -115,7 +115,7 @@ def test_run_settings_tell_models_apart():
     from langchain_core.language_models.fake_chat_models import ParrotFakeChatModel
 
     from docrefrag.agents.llm_factory import make_llm
-    from docrefrag.evals.run import model_identity
+    from docrefrag.evals.harness import model_identity
 
     a, b = (make_llm(f"openai:m@http://127.0.0.1:{port}/v1") for port in (8000, 8001))
     assert model_identity(a) != model_identity(b) and model_identity(a)["model"] == "m"

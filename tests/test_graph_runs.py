@@ -18,7 +18,7 @@ from docrefrag.agents.endpoint import LLMUnavailableError
 from docrefrag.api import DocRefrag
 from docrefrag.graph.context import AskConfig
 from docrefrag.graph.graph import build_graph
-from docrefrag.graph.runs import run_checkpoints
+from docrefrag.graph.run_checkpoints import run_checkpoints
 from docrefrag.indexes.errors import StoreError
 
 
@@ -108,7 +108,7 @@ def test_a_reused_thread_reports_only_its_own_run(dr):
 
 
 def test_a_resume_runs_with_the_options_the_run_was_started_with(dr):
-    from docrefrag.graph.runs import RunOptions
+    from docrefrag.graph.run_checkpoints import RunOptions
 
     config = AskConfig.of(answerer="chat", hyde="always", max_rounds=1, abstain=False)
     llm, _ = scripted(HYDE, LLMUnavailableError("refused the connection", 3, url="http://127.0.0.1:9/v1"))
@@ -124,7 +124,7 @@ def test_a_resume_runs_with_the_options_the_run_was_started_with(dr):
 
 
 def test_run_ids_and_the_checkpoints_file_come_from_one_place(tmp_path):
-    from docrefrag.graph.runs import new_run_id
+    from docrefrag.graph.run_checkpoints import new_run_id
 
     ids = {new_run_id() for _ in range(50)}
     assert len(ids) == 50 and all(len(i) == 12 and int(i, 16) >= 0 for i in ids)

@@ -192,7 +192,7 @@ def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
 
 
 def test_the_benchmark_harness_ingests_as_the_api_does(tmp_path, store, embedder, light_pdf):
-    from docrefrag.evals.run import prepare
+    from docrefrag.evals.harness import prepare
 
     light_pdf(tmp_path / "documents" / "survey.pdf", pages=8)
     (tmp_path / "samples.json").write_text(json.dumps([

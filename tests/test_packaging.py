@@ -45,7 +45,8 @@ def test_a_fresh_venv_gets_one_top_level_package_and_imports_it(wheel, tmp_path)
     assert {name for name in installed if not name.endswith(".dist-info")} == {"docrefrag"}
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     probe = (
-        "import importlib.util, docrefrag.agents.llm, docrefrag.core.reader, docrefrag.graph.run, docrefrag.evals.run\n"
+        "import importlib.util, docrefrag.agents.llm, docrefrag.core.reader, docrefrag.graph.ask, "
+        "docrefrag.evals.harness\n"
         "print(docrefrag.agents.llm.__file__)\n"
         "print(docrefrag.core.reader.DEFAULT_CHECKPOINT.is_dir())\n"
         "print([importlib.util.find_spec(n) for n in ('agents', 'graph', 'indexes', 'evals', 'docrefrag_core')])\n"

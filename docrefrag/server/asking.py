@@ -26,12 +26,12 @@ from pydantic import BaseModel, Field
 from docrefrag.api import DocRefrag, check_question
 from docrefrag.cli_common import one_line
 from docrefrag.graph.context import AskConfig
-from docrefrag.graph.runs import new_run_id, run_checkpoints
+from docrefrag.graph.run_checkpoints import new_run_id, run_checkpoints
 from docrefrag.indexes.fusion import DEFAULT_METHOD, FusionMethod
 from docrefrag.server.page_images import page_url
 
 if TYPE_CHECKING:
-    from docrefrag.graph.run import AskResult
+    from docrefrag.graph.ask import AskResult
     from docrefrag.server.app import ServerState
 
 KEEPALIVE_S = 15.0  # a comment line this often while a run waits or works, so that proxies keep the stream open

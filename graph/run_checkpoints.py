@@ -39,11 +39,11 @@ def run_checkpoints(folder: Path, name: str = "") -> Path:
 class RunOptions:
     llm: str | None  # the --llm spec; None: a chat model object (it cannot be stored)
     config: AskConfig
-    checkpoint: str | None  # the reader checkpoint; None: the one shipped in the package
+    reader_checkpoint: str | None  # the reader's weights (--checkpoint); None: the ones shipped in the package
 
 
 def record_run(db: Path, thread_id: str, options: RunOptions) -> None:
-    values = {"llm": options.llm, "config": options.config.flat(), "checkpoint": options.checkpoint}
+    values = {"llm": options.llm, "config": options.config.flat(), "checkpoint": options.reader_checkpoint}
     with closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("CREATE TABLE IF NOT EXISTS docrefrag_runs (thread_id TEXT PRIMARY KEY, options TEXT NOT NULL, "
                      "started REAL NOT NULL)")
@@ -91,6 +91,7 @@ def resume_options(thread_id: str, stored: RunOptions | None, llm: str | None, c
         for name in given:
             if given[name] != was[name]:
                 raise conflict(name, was[name], given[name])
-    if checkpoint is not None and stored.checkpoint is not None and Path(checkpoint) != Path(stored.checkpoint):
-        raise conflict("checkpoint", stored.checkpoint, checkpoint)
-    return RunOptions(llm or stored.llm, stored.config, checkpoint or stored.checkpoint)
+    if (checkpoint is not None and stored.reader_checkpoint is not None
+            and Path(checkpoint) != Path(stored.reader_checkpoint)):
+        raise conflict("checkpoint", stored.reader_checkpoint, checkpoint)
+    return RunOptions(llm or stored.llm, stored.config, checkpoint or stored.reader_checkpoint)

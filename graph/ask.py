@@ -1,4 +1,5 @@
-"""One run of the ask graph: build the run's context, stream node events, checkpoint, collect the result."""
+"""One run of the ask graph: build the run's context, stream node events, keep the run checkpoints, collect the
+result (graph/run_checkpoints.py names their file and the run ids)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class AskResult:
     seconds: float
     ttft_s: float  # time until the first answer text existed (answers are generated in one go)
     tokens: int  # LLM output tokens of the answer generations
-    thread_id: str  # checkpoint id: inspect or resume the run
+    thread_id: str  # the run id (its thread in the run checkpoints): inspect or resume the run
     trace: list[dict] = field(default_factory=list)
     withheld: str = ""  # the best answer found when no round's validation supported it (the answer is then
     # "Not answerable"; AskConfig.validation.abstain)
@@ -69,7 +70,7 @@ def ask_context(store: Store, searcher: HybridSearcher, llm: BaseChatModel, conf
 def run_ask(context: AskContext, run: AskRun, checkpoints: Path,
             on_event: Callable[[str, dict], None] | None = None, nodes: dict | None = None) -> AskResult:
     """Run the graph under `context` (`ask_context`); `checkpoints` is the SQLite file of the checkpointer
-    (`graph.runs.run_checkpoints`), `on_event(node, update)` is called as each node finishes, and `nodes`
+    (`graph.run_checkpoints.run_checkpoints`), `on_event(node, update)` is called as each node finishes, and `nodes`
     replaces graph nodes (`build_graph`). The one way a run starts: the API (and through it the CLI and
     the server) and the benchmark harness call it.
 
@@ -141,7 +142,7 @@ class StoredRun:
 
 def stored_run(checkpoints: Path, thread_id: str, config: AskConfig | None = None) -> StoredRun | None:
     """Run `thread_id` read from the checkpoints file (None when it has no checkpoint there); `config`,
-    the run's own (`graph.runs`), decides abstention as when it ran."""
+    the run's own (`graph.run_checkpoints`), decides abstention as when it ran."""
     if not checkpoints.is_file():
         return None
     with closing(sqlite3.connect(checkpoints, check_same_thread=False)) as conn:
