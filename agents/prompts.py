@@ -54,3 +54,26 @@ AGENT_SEED = (
     "3. When no snippet shows the answer, call read_page on the best page, or search again with other words.\n"
     "4. Reply finish when a page you found states the answer, or when two searches rank the same page first."
 )
+
+# The meta-agent of `docrefrag evolve` (agents/meta_agent.py): probe, diagnose, rewrite.
+META_PROBE = (
+    "A retrieval agent searched a document for the page that answers a question, and missed page {evidence}. "
+    "Find out with the tools which call finds page {evidence}: search with other words, or with the words a page "
+    "of that kind would contain. Reply finish when a result shows page {evidence}."
+)
+
+META_DIAGNOSE = (
+    "A retrieval agent calls tools to find the page of a document that answers a question. It follows these "
+    "instructions:\n{instructions}\n\nQuestion: {question}\nIts calls:\n{calls}\nThe answer is on page "
+    "{evidence}; it handed on pages {handed}.\nTest calls made since:\n{probes}\n\n"
+    "Why did it miss page {evidence}, and which rule about the tools would have found it? Reply in one line: "
+    "Lesson: <the rule>"
+)
+
+META_REWRITE = (
+    "These are the instructions of a retrieval agent that calls tools to find the pages that answer a question "
+    "about a document:\n{instructions}\n\nIts tools: {tools}.\n\nLessons from questions where it missed the "
+    "answer's page:\n{lessons}\n\nHow it used the tools: {usage}.\n\nRewrite the instructions so that it finds "
+    "those pages: at most 6 short numbered rules, each saying which tool to call, when, and with which query "
+    "words, and when to finish. Reply with the numbered rules only."
+)

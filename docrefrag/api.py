@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import platformdirs
 
+from docrefrag.api_agent import AgentWork
 from docrefrag.api_models import ModelWork
 from docrefrag.indexes.catalog import DocInfo, unfinished_summary
 from docrefrag.indexes.discovery import IngestResult, discover
@@ -57,9 +58,10 @@ def default_store() -> Path:
     return Path(env).expanduser() if env else Path(platformdirs.user_data_dir("docrefrag")) / "store"
 
 
-class DocRefrag(ModelWork):
+class DocRefrag(ModelWork, AgentWork):
     """One store and the models over it: ingest, search, ask (and resume); the benchmarks, the reader's
-    bench and training, and the model weights (`docrefrag.api_models`)."""
+    bench and training, and the model weights (`docrefrag.api_models`); the retrieval agent's instructions
+    and their evolution (`docrefrag.api_agent`)."""
 
     def __init__(self, store: Path | str | None = None, qdrant_url: str | None = None,
                  qdrant_api_key: str | None = None, llm_timeout: float = 60, llm_retries: int = 2) -> None:

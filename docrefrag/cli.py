@@ -1,8 +1,8 @@
 """The `docrefrag` command line: parses, calls the API, prints. Errors are one line, no traceback.
 
 `main` is the console entry point (and `python -m docrefrag`'s); the arguments are defined in
-cli_parser.py, the commands in cli_store.py (ingest, docs, search, memory, demo), cli_ask.py (ask),
-cli_eval.py (eval, bench, train, models) and cli_serve.py (serve).
+cli_parser.py, the commands in cli_store.py (ingest, docs, search, memory, demo), cli_ask.py (ask), cli_agent.py
+(agent, evolve), cli_eval.py (eval, bench, train, models) and cli_serve.py (serve).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from docrefrag.cli_agent import cmd_agent, cmd_evolve
 from docrefrag.cli_ask import cmd_ask
 from docrefrag.cli_common import EXIT_ERROR, one_line
 from docrefrag.cli_eval import cmd_bench, cmd_eval, cmd_models, cmd_train
@@ -54,4 +55,4 @@ def _quiet_libraries() -> None:
 
 COMMANDS = {"models": cmd_models, "ingest": cmd_ingest, "search": cmd_search, "docs": cmd_docs, "memory": cmd_memory,
             "ask": cmd_ask, "eval": cmd_eval, "bench": cmd_bench, "train": cmd_train, "demo": cmd_demo,
-            "serve": cmd_serve}
+            "serve": cmd_serve, "agent": cmd_agent, "evolve": cmd_evolve}

@@ -156,6 +156,44 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(mem_list)
     _store_args(memsub.add_parser("clear", help="remove every stored plan"))
 
+    agent = sub.add_parser("agent", help="the retrieval agent's instructions (ask --retrieval agent): versions "
+                                         "kept in the store")
+    agsub = agent.add_subparsers(dest="agent_command", required=True)
+    ag_show = agsub.add_parser("show", help="print the active instructions (or --version N)")
+    ag_show.add_argument("--version", dest="instructions_version", type=int, default=None, metavar="N",
+                         help="this version instead of the active one")
+    ag_history = agsub.add_parser("history", help="every version: origin, parent, kept, scores, diagnoses")
+    ag_use = agsub.add_parser("use", help="make a version the active one")
+    ag_use.add_argument("instructions_version", type=int, metavar="VERSION", help="the version (agent history)")
+    ag_set = agsub.add_parser("set", help="store your own instructions (a text file) as a new, active version")
+    ag_set.add_argument("file", type=Path, help="text file of instructions")
+    for p_ in (ag_show, ag_history, ag_use, ag_set):
+        _store_args(p_)
+    for p_ in (ag_show, ag_history):
+        _json_arg(p_)
+
+    evolve = sub.add_parser("evolve", help="evolve the retrieval agent's instructions from its failures on a "
+                                           "benchmark's questions (split by document: train, validation, test)")
+    evolve.add_argument("--data", type=Path, required=True, help="benchmark folder with samples.json and documents")
+    evolve.add_argument("--benchmark", choices=["mmlongbench", "longdocurl"], default="mmlongbench",
+                        help="whose question format (default mmlongbench)")
+    _store_args(evolve)
+    evolve.add_argument("--out", type=Path, default=Path("runs/evolve"),
+                        help="where evolution.json, .md and .png go (default runs/evolve)")
+    evolve.add_argument("--rounds", type=int, default=3, help="rewrite rounds (default 3)")
+    evolve.add_argument("--llm", default=None, help="the agent's chat model (as for ask; default local)")
+    evolve.add_argument("--meta-llm", default=None, help="the meta-agent's chat model (default: --llm)")
+    evolve.add_argument("--limit", type=int, default=None, help="first N questions only")
+    evolve.add_argument("--steps", type=int, default=5, help="the agent's tool calls at most per question (default 5)")
+    evolve.add_argument("--sample", type=int, default=3, help="failures diagnosed per round (default 3)")
+    evolve.add_argument("--probes", type=int, default=2, help="the meta-agent's test calls per failure (default 2)")
+    evolve.add_argument("--seed", type=int, default=0, help="the document split's seed (default 0)")
+    evolve.add_argument("--per-split", type=int, default=None, metavar="N",
+                        help="at most N questions in each of train, validation and test (default: all)")
+    evolve.add_argument("--tool", action="append", default=[], metavar="PACKAGE.MODULE:FACTORY",
+                        help="a team's tool besides the built-in ones; repeatable")
+    _llm_args(evolve)
+
     ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")
     ask.add_argument("question", nargs="?", default=None, help="the question, in words (quote it)")
     ask.add_argument("--resume", metavar="RUN_ID", default=None,

@@ -1,0 +1,118 @@
+"""The meta-agent of `docrefrag evolve`: it reads the retrieval agent's failed trajectories, calls the same
+tools to test why the answer's page was missed, and rewrites the agent's instructions.
+
+Per failure (a question whose evidence page was not among the pages handed to the answer agent) the
+meta-agent first probes: the tool-using loop of agents/tool_agent.py with instructions to find the missed
+page (META_PROBE), so its hypotheses are tested against the real tools; each probe call is marked with
+whether its top results held the evidence page. Then it states one lesson (META_DIAGNOSE). The rewrite
+(META_REWRITE) gets the current instructions, the lessons and the tool-use statistics, and returns at most
+MAX_CHARS of numbered rules; a rewrite that names none of the tools is refused (RewriteError), as nothing
+in it could steer the agent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import BaseTool
+
+from docrefrag.agents import prompts
+from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.llm import is_local_model
+from docrefrag.agents.tool_agent import find_pages
+
+MAX_CHARS = 1200  # of rewritten instructions
+PROBE_TOP = 3  # a probe "finds" the evidence page when it is among the call's first pages
+_LESSON = re.compile(r"^\s*(?:lesson\s*:\s*)", re.IGNORECASE)
+_FENCE = re.compile(r"```\w*")
+
+
+class RewriteError(ValueError):
+    """The meta-agent's rewrite cannot be used as instructions."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A question the agent failed: what it did and where the answer was."""
+
+    question: str
+    doc_id: str
+    evidence: list[int]  # 1-based pages that hold the answer
+    handed: list[int]  # pages the agent handed to the answer agent
+    calls: list[dict]  # its traced calls (tool_agent.Call.summary)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    question: str
+    lesson: str
+    probes: list[dict]  # the probe calls: tool, args, pages, found (the evidence page among the first PROBE_TOP)
+
+    @property
+    def probe_found(self) -> bool:
+        return any(p["found"] for p in self.probes)
+
+
+def _call_line(call: dict) -> str:
+    if call["malformed"]:
+        return f"(a malformed reply: {call['digest'][:100]})"
+    args = ", ".join(f"{k}={v!r}" for k, v in call["args"].items() if k != "doc")
+    pages = [p[1] for p in call["pages"][:5]]
+    return f"{call['tool']}({args}) -> pages {pages or 'none'}"
+
+
+def _pages(pages: Sequence[int]) -> str:
+    return " or ".join(str(p) for p in pages)
+
+
+def _long(llm: BaseChatModel) -> dict:
+    """Per-call arguments for a reply longer than the local model's default (a rewrite)."""
+    return {"max_new_tokens": 320} if is_local_model(llm) else {}
+
+
+def diagnose(failure: Failure, instructions: str, tools: Sequence[BaseTool], llm: BaseChatModel,
+             probes: int = 2) -> Diagnosis:
+    """Probe the tools for the missed page (at most `probes` calls), then state one lesson."""
+    evidence = _pages(failure.evidence)
+    probe = find_pages(failure.question, tools, llm, prompts.META_PROBE.format(evidence=evidence), probes,
+                       [failure.doc_id])
+    tried = [c.summary() for c in probe.calls if not c.malformed and not c.fallback]
+    for c in tried:
+        c["found"] = any(p[1] in failure.evidence for p in c["pages"][:PROBE_TOP]) or any(
+            p[1] in failure.evidence for p in c["opened"])
+    probe_lines = "\n".join(f"{_call_line(c)}{' (found it)' if c['found'] else ''}" for c in tried) or "none"
+    reply = invoke_llm(llm, [HumanMessage(prompts.META_DIAGNOSE.format(
+        instructions=instructions, question=failure.question,
+        calls="\n".join(_call_line(c) for c in failure.calls) or "none", evidence=evidence,
+        handed=failure.handed or "none", probes=probe_lines))], stop=["\n"])
+    lesson = _LESSON.sub("", str(reply.content).strip()).strip()
+    return Diagnosis(failure.question, lesson, tried)
+
+
+def rewrite(instructions: str, diagnoses: Sequence[Diagnosis], usage: str, tool_names: Sequence[str],
+            llm: BaseChatModel, temperature: float | None = None) -> str:
+    """New instructions from the current ones, the lessons and the tool-use statistics."""
+    lessons = "\n".join(f"- {d.lesson}" + (" (a test call found the page)" if d.probe_found else "")
+                        for d in diagnoses if d.lesson) or "- (none stated)"
+    kwargs = _long(llm) | ({"temperature": temperature} if temperature else {})
+    reply = invoke_llm(llm, [HumanMessage(prompts.META_REWRITE.format(
+        instructions=instructions, tools=", ".join(tool_names), lessons=lessons, usage=usage))], **kwargs)
+    return clean_rewrite(str(reply.content), tool_names)
+
+
+def clean_rewrite(text: str, tool_names: Sequence[str]) -> str:
+    """The rewrite without code fences, at most MAX_CHARS (whole lines); RewriteError when it names no tool."""
+    lines, total = [], 0
+    for line in _FENCE.sub("", text).strip().splitlines():
+        if total + len(line) + 1 > MAX_CHARS:
+            break
+        lines.append(line.rstrip())
+        total += len(line) + 1
+    cleaned = "\n".join(lines).strip()
+    if not any(name in cleaned for name in tool_names):
+        raise RewriteError(f"the rewrite names none of the tools ({', '.join(tool_names)}): {cleaned[:200]!r}")
+    return cleaned
