@@ -107,7 +107,8 @@ def test_every_setting_has_a_flag_that_sets_it(command):
         assert flags[flag].help.startswith(f.metadata["help"][:40])
         value = f.default
         other = (not value if isinstance(value, bool) else value + 1 if isinstance(value, int)
-                 else value / 2 if isinstance(value, float) else next(c for c in flags[flag].choices if c != value))
+                 else value / 2 if isinstance(value, float) else value + "x" if flags[flag].choices is None
+                 else next(c for c in flags[flag].choices if c != value))
         given = ([flag] if other else [f"--no-{flag[2:]}"]) if isinstance(value, bool) else [flag, str(other)]
         if name == "pages":  # --pages sets the chosen answerer's pages: the chat model's by default
             assert AskConfig().reading.answerer == "chat"
