@@ -40,6 +40,7 @@ MAX_RETRIES = 2  # malformed replies in a row after which the agent stops
 DIGEST_HITS = 5  # hits of a search result shown to the model
 DIGEST_CHARS = 600  # characters of any other result shown to the model
 _FENCE = re.compile(r"</?tool_call>|```(?:json)?", re.IGNORECASE)
+_FIRST_SENTENCE = re.compile(r".*?(?:[.;](?=\s)|$)")
 
 CALL_FORMAT = ('Reply with one JSON object and nothing else: {"name": "<tool>", "arguments": {"<argument>": <value>}}. '
                f'When the pages found so far answer the question, reply {{"name": "{FINISH}", "arguments": {{}}}}.')
@@ -84,7 +85,7 @@ def finish_tool() -> BaseTool:
 
 
 def tool_catalogue(tools: Sequence[BaseTool]) -> str:
-    """One line per tool: name(argument: type = default): the first line of its description."""
+    """One line per tool: name(argument: type = default): the first sentence of its description."""
     lines = []
     for tool in tools:
         args = []
@@ -92,7 +93,7 @@ def tool_catalogue(tools: Sequence[BaseTool]) -> str:
             kinds = [s.get("type") for s in schema.get("anyOf", []) if s.get("type") != "null"]
             kind = schema.get("type") or next(iter(kinds), "any")
             args.append(f"{name}: {kind}" + (f" = {json.dumps(schema['default'])}" if "default" in schema else ""))
-        description = (tool.description or "").strip().splitlines()[0] if tool.description else ""
+        description = _FIRST_SENTENCE.match(" ".join((tool.description or "").split()))[0].rstrip(";")
         lines.append(f"- {tool.name}({', '.join(args)}): {description}")
     return "\n".join(lines)
 
@@ -191,7 +192,7 @@ def run_tool(tool: BaseTool, args: dict) -> Call:
     if rows:
         digest = "\n".join(f"page {r['page']}" + (f" ({r['kind']})" if "kind" in r else "")
                            + (f", score {r['score']}" if "score" in r else "") + ": "
-                           + str(r.get("snippet") or r.get("text") or "").replace("\n", " ")[:120]
+                           + str(r.get("snippet") or r.get("text") or "").replace("\n", " ")[:100]
                            for r in rows[:DIGEST_HITS])
     else:
         digest = result[:DIGEST_CHARS]
