@@ -4,7 +4,9 @@ tools to test why the answer's page was missed, and rewrites the agent's instruc
 Per failure (a question whose evidence page was not among the pages handed to the answer agent) the
 meta-agent first probes: the tool-using loop of agents/tool_agent.py with instructions to find the missed
 page (META_PROBE), so its hypotheses are tested against the real tools; each probe call is marked with
-whether its top results held the evidence page. Then it states one lesson (META_DIAGNOSE). The rewrite
+whether its top results held the evidence page. Then it states one lesson (META_DIAGNOSE). The other
+diagnosis, `measure`, asks no model: it runs every search tool with the question and with its key words
+and states which ranked the missed page first (a measured lesson, where a small model's may be wrong). The rewrite
 (META_REWRITE) gets the current instructions, the lessons and the tool-use statistics, and returns at most
 MAX_CHARS of numbered rules; a rewrite that names none of the tools is refused (RewriteError), as nothing
 in it could steer the agent.
@@ -23,10 +25,12 @@ from langchain_core.tools import BaseTool
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.llm import is_local_model
-from docrefrag.agents.tool_agent import find_pages
+from docrefrag.agents.planner import extract_intents
+from docrefrag.agents.tool_agent import find_pages, run_tool
 
 MAX_CHARS = 1200  # of rewritten instructions
 PROBE_TOP = 3  # a probe "finds" the evidence page when it is among the call's first pages
+SEARCH_TOOLS = ("search_pages", "bm25_search", "visual_search")  # probed by `measure`
 _LESSON = re.compile(r"^\s*(?:lesson\s*:\s*)", re.IGNORECASE)
 _FENCE = re.compile(r"```\w*")
 
@@ -91,6 +95,31 @@ def diagnose(failure: Failure, instructions: str, tools: Sequence[BaseTool], llm
         handed=failure.handed or "none", probes=probe_lines))], stop=["\n"])
     lesson = _LESSON.sub("", str(reply.content).strip()).strip()
     return Diagnosis(failure.question, lesson, tried)
+
+
+def measure(failure: Failure, tools: Sequence[BaseTool]) -> Diagnosis:
+    """The diagnosis without a model: each search tool (SEARCH_TOOLS) probed with the question and with its
+    key words (the planner's rules); the lesson names the probes whose first PROBE_TOP pages held the missed
+    page, best rank first, or says that none did."""
+    plan = extract_intents(failure.question)
+    words: dict[str, str] = {}
+    for word in " ".join([*plan.entities, *plan.keywords]).split():
+        words.setdefault(word.lower(), word)  # each word once, as first spelled
+    queries = list(dict.fromkeys([failure.question, " ".join(words.values()) or failure.question]))
+    probes = []
+    for tool in (t for t in tools if t.name in SEARCH_TOOLS):
+        for query in queries:
+            call = run_tool(tool, {"query": query, "doc": failure.doc_id}).summary()
+            ranks = [i for i, p in enumerate(call["pages"], 1) if p[1] in failure.evidence]
+            probes.append({**call, "found": bool(ranks) and ranks[0] <= PROBE_TOP, "rank": ranks[0] if ranks else None})
+    found = sorted((p for p in probes if p["found"]), key=lambda p: p["rank"])
+    if found:
+        lesson = "; ".join(f"{p['tool']} with the query {p['args']['query']!r} ranks page {_pages(failure.evidence)} "
+                           f"at {p['rank']}" for p in found[:2])
+    else:
+        lesson = (f"no search with the question or its key words ranks page {_pages(failure.evidence)} in the first "
+                  f"{PROBE_TOP}; other words, read_page or list_sections are needed")
+    return Diagnosis(failure.question, f"For {failure.question!r}: {lesson}.", probes)
 
 
 def rewrite(instructions: str, diagnoses: Sequence[Diagnosis], usage: str, tool_names: Sequence[str],

@@ -54,9 +54,10 @@ class AgentWork:
                      llm: str | BaseChatModel | None = None, meta_llm: str | BaseChatModel | None = None,
                      limit: int | None = None, steps: int = 5, pages: int = 3, sample: int = 3, probes: int = 2,
                      seed: int = 0, per_split: int | None = None, tools: Sequence[str] = (),
-                     show_progress: bool = False) -> dict:
+                     diagnosis: str = "llm", show_progress: bool = False) -> dict:
         """Evolve the retrieval agent's instructions on the benchmark's questions (ingesting the documents the
-        store lacks): `docrefrag.evals.evolve`. `meta_llm` (default: `llm`) diagnoses and rewrites."""
+        store lacks): `docrefrag.evals.evolve`. `meta_llm` (default: `llm`) diagnoses ("llm"; "measure": the
+        search tools probed without a model) and rewrites."""
         from docrefrag.evals.evolve import evolve
         from docrefrag.evals.harness import prepare
         from docrefrag.indexes.hybrid import HybridSearcher
@@ -69,4 +70,4 @@ class AgentWork:
         questions, doc_ids, _ = prepare(benchmark, Path(data), store, limit, show_progress, self.embedder)
         return evolve(store, HybridSearcher(store, self.embedder), chat, meta, questions, doc_ids, Path(out),
                       rounds=rounds, steps=steps, pages=pages, sample=sample, probes=probes, seed=seed,
-                      per_split=per_split, extra_tools=tools)
+                      per_split=per_split, extra_tools=tools, diagnosis=diagnosis)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from docrefrag.agents import prompts
-from docrefrag.agents.meta_agent import Diagnosis, Failure, RewriteError, diagnose, rewrite
+from docrefrag.agents.meta_agent import Diagnosis, Failure, RewriteError, diagnose, measure, rewrite
 from docrefrag.agents.planner import extract_intents
 from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.tool_agent import find_pages, tool_use
@@ -39,6 +39,7 @@ from docrefrag.indexes.store import Store
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
+DIAGNOSES = ("llm", "measure")
 
 
 @dataclass(frozen=True)
@@ -137,8 +138,13 @@ def _failures(trajectories: Sequence[Trajectory], sample: int, round_no: int) ->
 
 def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Sequence[Question],
            doc_ids: dict[str, str], out_dir: Path, rounds: int = 3, steps: int = 5, pages: int = 3, sample: int = 3,
-           probes: int = 2, seed: int = 0, per_split: int | None = None, extra_tools: Sequence[str] = ()) -> dict:
-    """Evolve the store's active instructions; writes evolution.json, .md and .png under `out_dir`."""
+           probes: int = 2, seed: int = 0, per_split: int | None = None, extra_tools: Sequence[str] = (),
+           diagnosis: str = "llm") -> dict:
+    """Evolve the store's active instructions; writes evolution.json, .md and .png under `out_dir`. `diagnosis`:
+    "llm" (the meta-agent probes the tools and states each lesson) or "measure" (every search tool probed with
+    the question and its key words; no model call but the rewrite)."""
+    if diagnosis not in DIAGNOSES:
+        raise ValueError(f"diagnosis must be one of {', '.join(DIAGNOSES)}, got {diagnosis!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
     versions = AgentInstructions(store.db)
     tools = ToolRegistry.from_config(store, searcher, extra_tools)
@@ -155,6 +161,7 @@ def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Seq
         train_stats = scores(train)
         failures = _failures(train, sample, round_no)
         diagnoses: list[Diagnosis] = [diagnose(f, current.text, list(tools.tools.values()), meta_llm, probes)
+                                      if diagnosis == "llm" else measure(f, list(tools.tools.values()))
                                       for f in failures]
         entry = {"round": round_no, "parent": current.version, "train": train_stats,
                  "diagnoses": [asdict(d) for d in diagnoses]}
@@ -182,7 +189,8 @@ def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Seq
     versions.score(current.version, {"test": test["evolved"]})
     report = {"splits": {s: sorted({q.doc_name for q in qs}) for s, qs in splits.items()},
               "questions": {s: len(qs) for s, qs in splits.items()}, "start": start.version,
-              "final": current.version, "rounds": history, "test": test, "pages": pages, "steps": steps}
+              "final": current.version, "rounds": history, "test": test, "pages": pages, "steps": steps,
+              "diagnosis": diagnosis}
     (out_dir / "evolution.json").write_text(json.dumps(report, indent=1))
     (out_dir / "evolution.md").write_text(evolution_markdown(report))
     evolution_plot(report, out_dir / "evolution.png")
@@ -191,7 +199,8 @@ def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Seq
 
 def evolution_markdown(report: dict) -> str:
     lines = [f"Questions: {report['questions']} (by document); pages handed on: {report['pages']}; "
-             f"agent steps: {report['steps']}; instructions v{report['start']} -> v{report['final']}", "",
+             f"agent steps: {report['steps']}; diagnosis: {report['diagnosis']}; instructions v{report['start']} -> "
+             f"v{report['final']}", "",
              "| round | version | kept | validation recall | validation hit | train recall | calls/q | malformed |",
              "|---|---|---|---|---|---|---|---|"]
     for r in report["rounds"]:

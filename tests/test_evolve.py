@@ -11,7 +11,7 @@ from conftest import ANSWER_PAGE, scripted
 from langchain_core.tools import StructuredTool
 
 from docrefrag.agents import prompts
-from docrefrag.agents.meta_agent import Failure, RewriteError, clean_rewrite, diagnose, rewrite
+from docrefrag.agents.meta_agent import Failure, RewriteError, clean_rewrite, diagnose, measure, rewrite
 from docrefrag.cli import main
 from docrefrag.evals.datasets import Question
 from docrefrag.evals.evolve import Trajectory, _failures, evolve, scores, split_documents
@@ -83,6 +83,17 @@ def test_the_meta_agent_probes_the_tools_then_states_a_lesson():
     assert found.lesson == "search the table's words with search_pages." and found.probe_found
     assert found.probes[0]["args"] == {"query": "fleet table", "doc": "a.pdf"}
     assert "search_pages(query='buses') -> pages [1]" in seen[-1] and "(found it)" in seen[-1]
+
+
+def test_the_measured_diagnosis_probes_every_search_tool_without_a_model():
+    failure = Failure("How many buses did Northfield run in 2019?", "a.pdf", [4], [1], [])
+    found = measure(failure, [pages_tool([2, 4])])
+    assert [p["args"]["query"] for p in found.probes] == ["How many buses did Northfield run in 2019?",
+                                                          "Northfield 2019 buses run"]
+    assert found.probe_found and [p["rank"] for p in found.probes] == [2, 2]
+    assert "search_pages with the query 'How many buses did Northfield run in 2019?' ranks page 4 at 2" in found.lesson
+    missed = measure(Failure("q?", "a.pdf", [9], [1], []), [pages_tool([1, 2, 3, 9])])
+    assert not missed.probe_found and "no search" in missed.lesson
 
 
 def test_a_rewrite_must_name_a_tool_and_stay_short():
