@@ -16,8 +16,9 @@
   heuristic), supervised (a warm-start checkpoint's selector) and supervised + GRPO (the checkpoint's).
 - full-text: per question, the consistency fusion's top pages of its document, read by the reader at p
   (as `ask` reads) and by the same decoder reading those pages' stored text in full (M3DocRAG-style: the
-  same prompt frame and greedy decoding, no compression); accuracy (official rules) and the time to
-  first token from the loaded pages (region words or text tokenised, selection, prefill), in one process.
+  same prompt frame and greedy decoding, no compression), with the reader's LoRA and without it (the
+  decoder as it ships); accuracy (official rules) and the time to first token from the loaded pages
+  (region words or text tokenised, selection, prefill), in one process.
 """
 
 from __future__ import annotations
@@ -170,12 +171,14 @@ def full_text(reader, store, searcher, questions: list, doc_ids: dict[str, str],
             if index == 0:  # the first prefills of a process pay for set-up: warm both readings up
                 read_selective(reader, q.question, tokens, records, p)
                 read_full(reader, q.question, texts)
-            read, full = read_selective(reader, q.question, tokens, records, p), read_full(reader, q.question, texts)
-            for mode in (read, full):
+            modes = {"reader": read_selective(reader, q.question, tokens, records, p),
+                     "full text": read_full(reader, q.question, texts)}
+            with reader.decoder.disable_adapter():  # the decoder as it ships, without the reader's LoRA
+                modes["full text, no LoRA"] = read_full(reader, q.question, texts)
+            for mode in modes.values():
                 mode["score"] = score(q, mode["pred"])
             rows.append({"qid": q.qid, "question": q.question, "answer": q.answer, "pages": [page for _, page in keys],
-                         "evidence_read": bool({page for _, page in keys} & set(q.evidence_pages)),
-                         "reader": read, "full text": full})
+                         "evidence_read": bool({page for _, page in keys} & set(q.evidence_pages)), **modes})
     return rows
 
 
@@ -204,7 +207,7 @@ def full_text_markdown(rows: list[dict]) -> str:
              f"{sum(r['evidence_read'] for r in rows)}", "",
              "| reading | accuracy | TTFT p50 (s) | TTFT mean (s) | input tokens (mean) | TTFT speed-up vs full text "
              "(median of per-question ratios) |", "|---|---|---|---|---|---|"]
-    for mode in ("full text", "reader"):
+    for mode in ("full text", "full text, no LoRA", "reader"):
         cells = [r[mode] for r in rows]
         ttft = [c["ttft_s"] for c in cells]
         ratio = statistics.median(r["full text"]["ttft_s"] / r[mode]["ttft_s"] for r in rows)

@@ -150,11 +150,11 @@ def test_full_text_reads_the_same_top_pages_as_the_reader_and_tables_both(tok):
     with torch.no_grad():
         assert rows[0]["full text"]["tokens"] == full_text_embeds(reader, QUESTION, [text[3], text[1]]).shape[0]
     for r in rows:
-        for mode in ("reader", "full text"):
+        for mode in ("reader", "full text", "full text, no LoRA"):
             assert r[mode]["ttft_s"] > 0 and r[mode]["score"] in (0.0, 1.0) and isinstance(r[mode]["pred"], str)
     table = full_text_markdown(rows).splitlines()
     assert table[0] == "questions: 2; an evidence page among the pages read: 2"
-    assert [line.split(" | ")[0] for line in table[4:]] == ["| full text", "| reader"]
+    assert [line.split(" | ")[0] for line in table[4:]] == ["| full text", "| full text, no LoRA", "| reader"]
     assert table[4].endswith("| 1.00x |")
 
 
