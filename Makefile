@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DOCREFRAG := $(VENV)/bin/docrefrag
 
-.PHONY: setup models demo lint test clean
+.PHONY: setup models demo lint test unit clean
 
 setup: $(VENV)/.installed
 
@@ -27,6 +27,10 @@ lint: setup
 
 test: models lint
 	$(PY) -m pytest -q
+
+# tests/unit only: no model weights (no `models fetch` needed), no worker processes, under a minute
+unit: setup
+	$(PY) -m pytest -q tests/unit
 
 clean:
 	rm -rf $(VENV) docrefrag-demo .pytest_cache

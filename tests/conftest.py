@@ -10,12 +10,20 @@ Torch runs single-threaded here, as in the ingest workers: on a 2-core machine w
 one core, a MiniLM forward over a 30-word block took 0.83 s with torch's default 2 threads and
 0.02 s with 1 (the second thread waits on a busy core). Subprocesses get the same setting through
 `subprocess_env()`.
+
+Both folders share this file (pytest loads it for tests/unit and tests/integration; `pythonpath` in
+pyproject.toml puts tests/ on sys.path for `from conftest import ...`). A test in tests/unit may not
+use the fixtures that load weights or start worker processes (`HEAVY_FIXTURES`: collection fails),
+and runs with an empty model cache, it and its subprocesses (a `model_dir` call raises
+ModelNotFoundError naming that cache): the unit folder needs neither `docrefrag models fetch` nor the
+seconds a model load takes.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +39,8 @@ from docrefrag.indexes.ingest import Ingestor
 from docrefrag.indexes.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
+UNIT = REPO / "tests" / "unit"
+HEAVY_FIXTURES = {"embedder", "encoder", "ingest", "report", "dr"}
 TABLES = ("documents", "pages", "chunks", "tokens")
 ANIMALS = ["otter", "heron", "badger", "lynx", "marten", "osprey", "bison", "ibex"]
 
@@ -38,6 +48,30 @@ ANIMALS = ["otter", "heron", "badger", "lynx", "marten", "osprey", "bison", "ibe
 def subprocess_env() -> dict[str, str]:
     """The test process's environment (DOCREFRAG_CACHE unchanged), torch single-threaded."""
     return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        heavy = sorted(HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())))
+        if heavy and item.path.is_relative_to(UNIT):
+            raise pytest.UsageError(f"{item.nodeid} uses {', '.join(heavy)}, which load model weights or start "
+                                    "worker processes: move it to tests/integration")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A unit test, its fixtures and its subprocesses see an empty model cache (DOCREFRAG_CACHE)."""
+    if not item.path.is_relative_to(UNIT):
+        return (yield)
+    before = os.environ.get("DOCREFRAG_CACHE")
+    os.environ["DOCREFRAG_CACHE"] = str(Path(tempfile.gettempdir()) / "docrefrag-unit-tests-use-no-models")
+    try:
+        return (yield)
+    finally:
+        if before is None:
+            del os.environ["DOCREFRAG_CACHE"]
+        else:
+            os.environ["DOCREFRAG_CACHE"] = before
 
 
 @pytest.fixture(scope="session")

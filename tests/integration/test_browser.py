@@ -8,7 +8,7 @@ over the page width, the box's crimson border found on each edge of that rectang
 from it); the retrieved pages appear as thumbnails with their fused / BM25 / visual scores.
 
 The screenshot is kept: in $DOCREFRAG_ARTEFACTS (else tmp_path), and copied to $DOCREFRAG_SCREENSHOT when
-set (`DOCREFRAG_SCREENSHOT=docs/screenshot.png .venv/bin/python -m pytest tests/test_browser.py` makes the
+set (`DOCREFRAG_SCREENSHOT=docs/screenshot.png .venv/bin/python -m pytest tests/integration/test_browser.py` makes the
 README's). Without the browser the test is skipped, except under CI (CI=true), where it fails.
 """
 

@@ -44,8 +44,9 @@ def flaky_llm() -> GenericFakeChatModel:
 
 def _cli(*args: str, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
     env = subprocess_env()
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *filter(None, [env.get("PYTHONPATH")])])
+    if pythonpath is not None:  # and tests/, for that module's `from conftest import`
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), str(REPO / "tests"),
+                                             *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, "-m", "docrefrag", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=300)
 
@@ -77,7 +78,7 @@ def test_cli_ask_checks_its_arguments_in_one_line(tmp_path, capsys, args, messag
 def test_cli_llm_failure_is_one_line(tmp_path, ingest, light_pdf):
     with Store(tmp_path / "store", create=True) as store:
         ingest(store, light_pdf(tmp_path / "survey.pdf", 1))
-    # pytest imports this file as the top-level module `test_ask_cli` from tests/
+    # pytest imports this file as the top-level module `test_ask_cli` from tests/integration/
     proc = _cli("ask", QUESTION, "--store", str(tmp_path / "store"), "--quiet", "--answerer", "chat",
                 "--llm", f"{__name__}:unavailable_llm", pythonpath=Path(__file__).parent)
     assert proc.returncode == 2, proc.stderr
