@@ -6,7 +6,7 @@
 Starts `docrefrag serve` on the store (every default: the local chat model, the answer agent, the
 validator), opens the page in headless Chromium (Debian's `chromium` and `chromium-driver`; nothing is
 downloaded), asks the question, waits for the answer, clicks its first citation and saves the screenshot.
-The browser test (tests/test_browser.py) drives the same page with a scripted model: it tests the page;
+The browser test (tests/integration/test_browser.py) drives the same page with a scripted model: it tests the page;
 this shows what a user gets.
 """
 
