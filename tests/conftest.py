@@ -21,6 +21,7 @@ seconds a model load takes.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import tempfile
@@ -337,6 +338,11 @@ def scripted(*replies: str | Exception) -> tuple[GenericFakeChatModel, list[str]
 
     recorder = _Prompts()
     return GenericFakeChatModel(messages=in_order(), callbacks=[recorder]), recorder.seen
+
+
+def tool_call(name: str, **arguments) -> str:
+    """A retrieval agent's tool call as the local model writes it (agents/tool_agent.py)."""
+    return json.dumps({"name": name, "arguments": arguments})
 
 
 def nodes_of(trace: list[dict]) -> list[str]:
