@@ -8,7 +8,9 @@ model that supports LangChain tool calling (`bind_tools`) replies with a native 
 (the local decoder) replies with one JSON object `{"name": TOOL, "arguments": {...}}` (the form Qwen2.5
 was trained on for tool calls), parsed leniently (code fences, `<tool_call>` tags, text around the
 object). A reply that names no tool, an unknown tool or wrong arguments is answered with what was wrong
-and retried (at most MAX_RETRIES in a row, then the agent stops): never an exception. A tool's own error
+and retried (at most MAX_RETRIES in a row, then the agent stops): never an exception. A call the model
+already made (same tool, same arguments) ends the exploration: its result would be the same (the local
+1.5B decoder, left alone, repeated its first search until the step budget ran out). A tool's own error
 (an unknown page, a bad node id) comes back as its result text, for the model to correct.
 
 Pages: a tool result that is JSON names pages by objects with "page" (and "doc_id"); a call whose
@@ -73,7 +75,8 @@ class Exploration:
     calls: list[Call]
     pages: list[tuple[str, int, float]]  # (doc_id, page, score), best first
     snippets: dict[tuple[str, int], str]
-    stopped: str  # "finish", "steps" (the step budget) or "malformed" (MAX_RETRIES bad replies in a row)
+    stopped: str  # "finish", "steps" (the step budget), "repeat" (a call made before) or "malformed" (MAX_RETRIES
+    # bad replies in a row)
 
 
 def finish_tool() -> BaseTool:
@@ -269,6 +272,9 @@ def find_pages(question: str, tools: Sequence[BaseTool], llm: BaseChatModel, ins
                 break
             continue
         bad = 0
+        if any(c.tool == name and c.args == args for c in calls):  # the same result again: nothing left to learn
+            stopped = "repeat"
+            break
         call = run_tool(by_name[name], args)
         calls.append(call)
         _observe(messages, reply, call_id, name, call.digest)

@@ -72,6 +72,13 @@ def test_too_many_malformed_replies_stop_the_agent_and_the_question_is_searched(
     assert [(d, p) for d, p, _ in found.pages] == [("a.pdf", 2)]
 
 
+def test_a_repeated_call_ends_the_exploration():
+    tool, seen = hits_tool([3])
+    llm, _ = scripted(tool_call("lookup", query="x"), tool_call("lookup", query="x"), tool_call("lookup", query="y"))
+    found = find_pages("q", [tool], llm, "i", steps=3, scope=["a.pdf"])
+    assert found.stopped == "repeat" and len(found.calls) == 1 and len(seen) == 1
+
+
 def test_the_step_budget_bounds_the_calls_and_opened_pages_rank_first():
     tool, _ = hits_tool([7, 8, 9])
 
