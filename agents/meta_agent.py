@@ -33,6 +33,7 @@ PROBE_TOP = 3  # a probe "finds" the evidence page when it is among the call's f
 SEARCH_TOOLS = ("search_pages", "bm25_search", "visual_search")  # probed by `measure`
 _LESSON = re.compile(r"^\s*(?:lesson\s*:\s*)", re.IGNORECASE)
 _FENCE = re.compile(r"```\w*")
+_RULE = re.compile(r"\s*\d+[.)]\s")
 
 
 class RewriteError(ValueError):
@@ -134,12 +135,16 @@ def rewrite(instructions: str, diagnoses: Sequence[Diagnosis], usage: str, tool_
 
 
 def clean_rewrite(text: str, tool_names: Sequence[str]) -> str:
-    """The rewrite without code fences, at most MAX_CHARS (whole lines); RewriteError when it names no tool."""
+    """The rewrite's numbered rules (all its lines if it numbers none) without code fences, at most MAX_CHARS
+    (whole lines); RewriteError when it names no tool. Only the rules: the 1.5B decoder went on after them
+    with the prompt's lessons, one of them a training question verbatim."""
+    raw = [line.rstrip() for line in _FENCE.sub("", text).strip().splitlines()]
+    rules = [line for line in raw if _RULE.match(line)]
     lines, total = [], 0
-    for line in _FENCE.sub("", text).strip().splitlines():
+    for line in rules or raw:
         if total + len(line) + 1 > MAX_CHARS:
             break
-        lines.append(line.rstrip())
+        lines.append(line)
         total += len(line) + 1
     cleaned = "\n".join(lines).strip()
     if not any(name in cleaned for name in tool_names):

@@ -69,6 +69,9 @@ def test_the_measured_diagnosis_probes_every_search_tool_without_a_model():
 
 def test_a_rewrite_must_name_a_tool_and_stay_short():
     assert clean_rewrite("```\n1. Call bm25_search.\n```", ["bm25_search"]) == "1. Call bm25_search."
+    echoed = "1. Call search_pages first.\n2) Then read_page.\n\nLessons from questions:\n- use 'How many URLs?'"
+    assert clean_rewrite(echoed, ["search_pages"]) == "1. Call search_pages first.\n2) Then read_page."
+    assert clean_rewrite("Call search_pages, then finish.", ["search_pages"]) == "Call search_pages, then finish."
     with pytest.raises(RewriteError, match="names none of the tools"):
         clean_rewrite("1. Be careful.", ["bm25_search", "read_page"])
     long = "\n".join(f"{i}. Call read_page on page {i} when in doubt, then search again." for i in range(100))
