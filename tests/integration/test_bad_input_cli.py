@@ -106,7 +106,7 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
     log = tmp_path / "killed.stderr"
     with log.open("w") as stderr:  # a file, not a pipe: a full pipe would stall the ingest
         proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
+                                stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=_sigint_default)
     try:
         deadline = time.monotonic() + 120
         while (done := _committed_pages(root) - 2) < 3:  # 2: the pages of early.pdf
@@ -159,6 +159,12 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
         check_consistent(store)
         hits = HybridSearcher(store, embedder).search("station s017", k=1, doc_ids=[partial.doc_id])
         assert [(h.doc_id, h.page) for h in hits] == [(partial.doc_id, 17)]
+
+
+def _sigint_default() -> None:
+    """A shell's background job (`pytest ... &`) ignores SIGINT, and its children would too: the CLI starts with
+    SIGINT as a terminal's foreground process has it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("group", [True, False], ids=["ctrl-c", "sigint-to-the-cli"])
