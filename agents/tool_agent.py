@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
+from pydantic import ValidationError
 
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.indexes.fusion import RRF_K
@@ -152,11 +153,10 @@ def _check_args(tool: BaseTool, args: dict) -> dict:
     schema = tool.get_input_schema()
     try:
         schema.model_validate(args)
-    except Exception as e:  # pydantic's ValidationError: missing or mistyped arguments
-        first = getattr(e, "errors", lambda: [{}])()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
-        raise BadCall(f"{tool.name}: {where}: {first.get('msg', e)}; its arguments are "
-                      f"{', '.join(tool.args)}") from None
+    except ValidationError as e:  # missing or mistyped arguments
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        raise BadCall(f"{tool.name}: {where}: {first['msg']}; its arguments are {', '.join(tool.args)}") from None
     unknown = sorted(set(args) - set(tool.args))
     if unknown:
         raise BadCall(f"{tool.name} takes no argument {', '.join(unknown)}; its arguments are {', '.join(tool.args)}")
@@ -188,9 +188,10 @@ def run_tool(tool: BaseTool, args: dict) -> Call:
     except json.JSONDecodeError:
         rows = []
     doc = args.get("doc")
-    pages = list(dict.fromkeys((r.get("doc_id") or doc, r["page"]) for r in rows if (r.get("doc_id") or doc)))
-    snippets = {(r.get("doc_id") or doc, r["page"]): str(r.get("snippet") or r.get("text") or "")[:200]
-                for r in rows if (r.get("doc_id") or doc)}
+    named = [((r.get("doc_id") or doc, r["page"]), str(r.get("snippet") or r.get("text") or "")) for r in rows
+             if r.get("doc_id") or doc]
+    pages = list(dict.fromkeys(key for key, _ in named))
+    snippets = {key: text[:200] for key, text in named}
     opened = [(doc, args["page"])] if doc and isinstance(args.get("page"), int) else []
     if rows:
         digest = "\n".join(f"page {r['page']}" + (f" ({r['kind']})" if "kind" in r else "")
@@ -278,12 +279,14 @@ def find_pages(question: str, tools: Sequence[BaseTool], llm: BaseChatModel, ins
         call = run_tool(by_name[name], args)
         calls.append(call)
         _observe(messages, reply, call_id, name, call.digest)
-    if not rank_pages(calls, scope) and "search_pages" in by_name:
+    pages = rank_pages(calls, scope)
+    if not pages and "search_pages" in by_name:
         fallback = run_tool(by_name["search_pages"], _scoped(by_name["search_pages"], {"query": question}, scope))
         fallback.fallback = True
         calls.append(fallback)
+        pages = rank_pages(calls, scope)
     snippets = {k: v for c in calls for k, v in c.snippets.items() if v}
-    return Exploration(calls, rank_pages(calls, scope), snippets, stopped)
+    return Exploration(calls, pages, snippets, stopped)
 
 
 def tool_use(calls: Sequence[dict]) -> dict:
