@@ -36,7 +36,7 @@ from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.core.chunking import box_overlap, chunk_box, region_words
 from docrefrag.indexes.bm25 import tokenize
-from docrefrag.indexes.catalog import ChunkRecord
+from docrefrag.indexes.page_table import ChunkRecord
 from docrefrag.indexes.store import Store
 
 logger = logging.getLogger(__name__)
@@ -64,10 +64,10 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     """The text of each (doc_id, page) as the answer agent reads it (see the module docstring)."""
     out = []
     for doc_id, page in pages:
-        text = ranked_items(table_view(store.page_markdown(doc_id, page), question), question)
+        text = ranked_items(table_view(store.pages.markdown(doc_id, page), question), question)
         if len(text) > chars_per_page:
             text = focused(text, question, chars_per_page)
-        out.append(PageText(doc_id, page, text, store.page_regions(doc_id, page)))
+        out.append(PageText(doc_id, page, text, store.pages.regions(doc_id, page)))
     return out
 
 
@@ -269,9 +269,9 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     """(short answer, output tokens, the pages' text chunks that lie in an expanded grid chunk, each
     carrying that grid chunk's box) from the Doc-REFRAG reader over the pages' stored tokens: the
     expanded chunks become the region citations."""
-    tokens = store.stacked_tokens([(p.doc_id, p.page) for p in pages])
+    tokens = store.pages.stacked_tokens([(p.doc_id, p.page) for p in pages])
     grid, k = math.isqrt(tokens.shape[1]), reader.config.k
-    records = [store.page(p.doc_id, p.page) for p in pages]
+    records = [store.pages.get(p.doc_id, p.page) for p in pages]
     regions = [reader.region_ids(region_words(r.words, r.width, r.height, grid, k)) for r in records]
     out = reader.answer(question, torch.from_numpy(tokens), regions=regions)
     cited = []

@@ -36,8 +36,8 @@ from docrefrag.agents import prompts
 from docrefrag.agents.answer import PageText
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.indexes.bm25 import tokenize
-from docrefrag.indexes.catalog import ChunkRecord
 from docrefrag.indexes.elements import Element
+from docrefrag.indexes.page_table import ChunkRecord
 from docrefrag.indexes.store import Store
 
 LEXICAL = 1.0  # weight of the lexical share beside the cosine (both about 0..1 on a relevant element)
@@ -124,7 +124,7 @@ def gather(store: Store, question: str, query_vector: np.ndarray, pages: list[tu
     terms = set(tokenize(question))
     query = np.asarray(query_vector, np.float32)
     docs = list(dict.fromkeys(doc for doc, _ in pages))
-    graphs = {doc: store.graph(doc) for doc in docs}
+    graphs = {doc: store.graphs.get(doc) for doc in docs}
     scored: dict[Key, float] = {}
     scores: dict[Key, float] = {}  # the frontier's candidates (a heap entry whose score differs is stale)
     heap: list[tuple[float, Key]] = []
@@ -230,7 +230,7 @@ def evidence_rows(store: Store, evidence: Evidence) -> list[dict]:
     """The evidence's elements as the ask graph's state keeps them (ids and text): doc_id, page, element,
     kind, bbox and the opened text, in reading order."""
     texts = {(p.doc_id, p.page, c.chunk): c.text for p in evidence.pages for c in p.chunks}
-    return [_row(k, store.graph(k[0]).nodes[k[1:]], texts[k]) for k in evidence.elements]
+    return [_row(k, store.graphs.get(k[0]).nodes[k[1:]], texts[k]) for k in evidence.elements]
 
 
 def evidence_pages(rows: list[dict]) -> list[PageText]:

@@ -33,7 +33,7 @@ def reader_reranker(reader: DocRefragReader, store: Store) -> Reranker:
     def score(question: str, pages: list[tuple[str, int]]) -> list[float]:
         if not pages:
             return []
-        return reader.relevance(question, torch.from_numpy(store.stacked_tokens(pages)))
+        return reader.relevance(question, torch.from_numpy(store.pages.stacked_tokens(pages)))
 
     return score
 

@@ -32,7 +32,7 @@ _NODE_ID = re.compile(r"\s*(\d+):(\d+)\s*")
 
 
 def _scope(store: Store, doc: str | None) -> list[str] | None:
-    return None if not doc else [store.resolve(doc)]
+    return None if not doc else [store.catalog.resolve(doc)]
 
 
 def _errors_as_text(fn: Callable[..., str]) -> Callable[..., str]:
@@ -85,24 +85,24 @@ def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
 
     def bm25_search(query: str, k: int = 5, doc: str | None = None) -> str:
         """Rank pages by BM25 over their text; returns JSON hits."""
-        hits = store.bm25().search(query, k, _scope(store, doc) or store.ready_ids())
+        hits = store.bm25.index().search(query, k, _scope(store, doc) or store.catalog.ready_ids())
         return json.dumps([{"doc_id": h.doc_id, "page": h.page, "score": round(h.score, 3)} for h in hits])
 
     def visual_search(query: str, k: int = 5, doc: str | None = None) -> str:
         """Rank pages by their best region embedding plus their pooled page vector (the visual index's page
         score) against the query; returns JSON hits."""
         vec = searcher.embedder.embed_queries([query])[0]
-        hits = store.visual.search(np.asarray(vec), k=k, doc_ids=_scope(store, doc) or store.ready_ids())
+        hits = store.visual.search(np.asarray(vec), k=k, doc_ids=_scope(store, doc) or store.catalog.ready_ids())
         return json.dumps([{"doc_id": h.doc_id, "page": h.page, "score": round(h.score, 3)} for h in hits])
 
     def read_page(doc: str, page: int) -> str:
         """The markdown of one page (1-based page number)."""
-        return store.page_markdown(store.resolve(doc), page)
+        return store.pages.markdown(store.catalog.resolve(doc), page)
 
     def list_sections(doc: str) -> str:
         """The document's outline: JSON of each heading's id ("PAGE:ELEMENT"), text, depth (1 = top level),
         page and the number of elements under it (its subsections' included); open one with open_section."""
-        graph = store.graph(store.resolve(doc))
+        graph = store.graphs.get(store.catalog.resolve(doc))
         return json.dumps([{"id": node_id(h), "text": graph.nodes[h].text, "depth": graph.depth(h), "page": h[0],
                             "elements": len(_under(graph, h))} for h in graph.headings()])
 
@@ -112,7 +112,7 @@ def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
         text in all, the rest cut ("truncated": true)."""
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, got {max_chars}")
-        graph = store.graph(store.resolve(doc))
+        graph = store.graphs.get(store.catalog.resolve(doc))
         node = _node(graph, section)
         if node != ROOT and graph.nodes[node].kind != "heading":
             raise ValueError(f"{node_id(node)} is a {graph.nodes[node].kind}, not a section heading; list_sections "
@@ -136,7 +136,7 @@ def builtin_tools(store: Store, searcher: HybridSearcher) -> list[BaseTool]:
         unknown = sorted(set(kinds or ()) - set(EDGE_KINDS))
         if unknown:
             raise ValueError(f"unknown edge kind(s) {', '.join(unknown)}; the kinds are {', '.join(EDGE_KINDS)}")
-        graph = store.graph(store.resolve(doc))
+        graph = store.graphs.get(store.catalog.resolve(doc))
         found = graph.neighbours(_node(graph, node), tuple(kinds) if kinds else None)
         return json.dumps([{"id": node_id(n), "edge": kind, "weight": round(weight, 4), "kind": graph.nodes[n].kind,
                             "page": n[0], "snippet": graph.nodes[n].text[:200]} for n, kind, weight in found])

@@ -137,7 +137,7 @@ class DocRefrag(ModelWork, AgentWork):
         its stored pages (no re-parsing), holding the store's ingest lock; the names of those upgraded."""
         store = self.open_store()
         with IngestLock(store.root):
-            return store.upgrade_graphs()
+            return store.graphs.upgrade(store.catalog.documents())
 
     def search(self, query: str, k: int = 5, doc: str | Sequence[str] | None = None,
                method: FusionMethod = DEFAULT_METHOD) -> list[Hit]:
@@ -153,14 +153,14 @@ class DocRefrag(ModelWork, AgentWork):
         store = self.open_store()
         self._require_documents(store)
         store.visual  # noqa: B018 (opening it is the check)
-        store.check_encoder(self.encoder.encoder_id, self.encoder.text_dim)  # pages of another encoder: refused
+        store.meta.check_encoder(self.encoder.encoder_id, self.encoder.text_dim)  # pages of another encoder: refused
         return store
 
     def _require_documents(self, store: Store) -> None:
         """Refuse a store with nothing to search."""
-        if store.ready_ids():
+        if store.catalog.ready_ids():
             return
-        unfinished = [d for d in store.documents() if d.status != "ready"]
+        unfinished = [d for d in store.catalog.documents() if d.status != "ready"]
         if unfinished:
             todo = ("wait for that ingest to finish" if any(d.writer_pid for d in unfinished)
                     else "rerun `docrefrag ingest` on them to finish")
@@ -169,7 +169,7 @@ class DocRefrag(ModelWork, AgentWork):
         raise StoreError(f"the store at {self.store_path} has no documents; add some with `docrefrag ingest PATH`")
 
     def docs(self) -> list[DocInfo]:
-        return self.open_store().documents()
+        return self.open_store().catalog.documents()
 
     def plans(self) -> list[StoredPlan]:
         """The plans of the store's experience memory (`docrefrag.graph.memory`), oldest first."""
@@ -270,7 +270,7 @@ class DocRefrag(ModelWork, AgentWork):
     @staticmethod
     def _doc_ids(store: Store, doc: str | Sequence[str] | None) -> list[str] | None:
         """The ids of the documents `doc` names (ids, id prefixes or names); None for every document."""
-        return None if doc is None else [store.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
+        return None if doc is None else [store.catalog.resolve(d) for d in ([doc] if isinstance(doc, str) else doc)]
 
     def _run(self, store: Store, call: _AskCall) -> AskResult:
         """Load the models `call` needs, record its options (a new run: a resume continues with them) and

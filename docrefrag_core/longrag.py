@@ -15,7 +15,7 @@ the same question gets the same sequence whatever the other questions of the run
 
 Questions come from the synthetic corpus (`EvidenceQuestion.from_fact(fact, doc_id)`) or from any
 MMLongBench-style set, e.g. with evals.datasets:
-`EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), store.resolve(q.doc_name), q.evidence_pages)`.
+`EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), store.catalog.resolve(q.doc_name), q.evidence_pages)`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ Placement = Literal["head", "random"]
 class PageSearch(Protocol):
     """What the builder needs of the page index (indexes.hybrid.HybridSearcher has it)."""
 
-    store: Any  # .find(doc_id) -> the document's name, n_pages and status ("ready"); .root
+    store: Any  # .catalog.find(doc_id) -> the document's name, n_pages and status ("ready"); .root
 
     def ranked_pages(self, query: str, k: int, method: str) -> list[tuple[str, int]]: ...
 
@@ -92,10 +92,11 @@ class NoiseConfig:
 
 def build_sequence(searcher: PageSearch, q: EvidenceQuestion, config: NoiseConfig = NoiseConfig()) -> NoisySequence:
     """The question's evidence pages among m hard negatives (see the module docstring)."""
-    doc = searcher.store.find(q.doc_id)
+    doc = searcher.store.catalog.find(q.doc_id)
     if doc is None or doc.status != "ready":
         raise ValueError(f"document {q.doc_id!r} of question {q.question!r} is not a ready document of the store "
-                         f"at {searcher.store.root}; ingest it first, or pass the store's doc_id (store.resolve(name))")
+                         f"at {searcher.store.root}; ingest it first, or pass the store's doc_id "
+                         "(store.catalog.resolve(name))")
     if len(set(q.evidence_pages)) != len(q.evidence_pages) or not all(1 <= p <= doc.n_pages for p in q.evidence_pages):
         raise ValueError(f"evidence pages {q.evidence_pages} of question {q.question!r} must be distinct pages "
                          f"in 1..{doc.n_pages} (the pages of {doc.name})")

@@ -59,7 +59,7 @@ Reward = Callable[[str, str, str], float]  # (ground truth, decoded answer, answ
 class TrainingCorpus(Protocol):
     """What the trainer needs of its corpus's page index (implemented by `docrefrag.indexes.corpus.CorpusIndex`)."""
 
-    store: Any  # .page_tokens(doc_id, page), .page(doc_id, page)
+    store: Any  # .pages.tokens(doc_id, page), .pages.get(doc_id, page)
     searcher: PageSearch
 
     def ingest(self, paths: list[Path]) -> list[Any]: ...  # results with .source, .doc_id, .failed_pages, .message

@@ -81,8 +81,8 @@ def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpu
             raise RuntimeError(f"ingesting training document {d.path} failed: {r.message}")
         doc_ids.append(r.doc_id)
     keys = [(doc_id, n) for doc_id, d in zip(doc_ids, synthetic, strict=True) for n in range(1, len(d.pages) + 1)]
-    return Corpus(synthetic, doc_ids, {key: store.page_tokens(*key).tokens.astype(np.float16) for key in keys},
-                  {key: store.page(*key) for key in keys})
+    return Corpus(synthetic, doc_ids, {key: store.pages.tokens(*key).tokens.astype(np.float16) for key in keys},
+                  {key: store.pages.get(*key) for key in keys})
 
 
 class ExampleSampler:

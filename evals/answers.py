@@ -84,8 +84,8 @@ def answer_is_stated(store: Store, doc_id: str, q: Question) -> bool | None:
     """Whether the gold answer (each item of a list) occurs in the evidence pages' extracted text."""
     if not q.answerable or not q.evidence_pages:
         return None
-    pages = set(store.page_numbers(doc_id))
-    text = _normalised("\n".join(store.page_markdown(doc_id, p) for p in q.evidence_pages if p in pages))
+    pages = set(store.pages.numbers(doc_id))
+    text = _normalised("\n".join(store.pages.markdown(doc_id, p) for p in q.evidence_pages if p in pages))
     try:
         items = as_list(parse_literal(q.answer))
     except ValueError:
@@ -95,7 +95,7 @@ def answer_is_stated(store: Store, doc_id: str, q: Question) -> bool | None:
 
 def cited_region_text(store: Store, citation: dict) -> str:
     """The words inside a citation's box (the page's words when it has none)."""
-    words = store.page(citation["doc_id"], citation["page"]).words
+    words = store.pages.get(citation["doc_id"], citation["page"]).words
     if citation.get("bbox") is None:
         return " ".join(w.text for w in words)
     x0, y0, x1, y1 = citation["bbox"]

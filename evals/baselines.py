@@ -39,8 +39,8 @@ PIPELINES = ("sparse top-5", "dense top-5", "rrf top-5", "consistency top-5", "t
 
 def _read(reader, store: Store, doc_id: str, pages: list[int], question: str, selector=None) -> str:
     keys = [(doc_id, p) for p in pages]
-    tokens = store.stacked_tokens(keys)
-    regions = reader.page_regions([store.page(*key) for key in keys], round(tokens.shape[1] ** 0.5))
+    tokens = store.pages.stacked_tokens(keys)
+    regions = reader.page_regions([store.pages.get(*key) for key in keys], round(tokens.shape[1] ** 0.5))
     return reader.answer(question, torch.from_numpy(tokens), regions, selector=selector).text
 
 

@@ -56,7 +56,7 @@ def answer_logprob(lm, question: str, pages, answer: str) -> float:
 
 
 def measure(store: Store, data: Path, limit: int, decoder: str, out: Path) -> None:
-    by_name = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+    by_name = {d.name: d.doc_id for d in store.catalog.documents() if d.status == "ready"}
     sources = document_sources(data)
     llm = LocalChatModel(path=model_dir(decoder), max_new_tokens=32)
     lm = load_causal_lm(llm.path, chat=True)

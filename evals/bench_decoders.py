@@ -31,16 +31,16 @@ from docrefrag.indexes.store import Store
 
 def oracle_questions(store: Store, data: Path, limit: int):
     """(question, doc_id) of the first `limit` single-page answerable questions with a text layer."""
-    by_name = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+    by_name = {d.name: d.doc_id for d in store.catalog.documents() if d.status == "ready"}
     sources = document_sources(data)
     out = []
     for q in load_questions("mmlongbench", data):
         if not q.answerable or len(q.evidence_pages) != 1 or q.doc_name not in sources:
             continue
         doc_id = by_name.get(Path(sources[q.doc_name]).name)
-        if doc_id is None or q.evidence_pages[0] not in store.page_numbers(doc_id):
+        if doc_id is None or q.evidence_pages[0] not in store.pages.numbers(doc_id):
             continue
-        record = store.page(doc_id, q.evidence_pages[0])
+        record = store.pages.get(doc_id, q.evidence_pages[0])
         if record.ocr or len(record.words) < 20:
             continue
         out.append((q, doc_id))

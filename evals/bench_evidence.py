@@ -38,7 +38,7 @@ SECONDS = 10.0
 
 def _doc_ids(store) -> dict[str, str]:
     ids = {}
-    for d in store.documents():
+    for d in store.catalog.documents():
         if d.status == "ready":
             ids[d.name] = ids[Path(d.name).stem] = ids[f"{Path(d.name).stem}.pdf"] = d.doc_id
     return ids

@@ -52,9 +52,9 @@ from docrefrag.indexes.store import Store
 t_import = time.perf_counter() - t0
 t1 = time.perf_counter()
 store = Store(sys.argv[1])
-docs = store.documents()
+docs = store.catalog.documents()
 store.visual.count()
-store.bm25()
+store.bm25.index()
 t_index = time.perf_counter() - t1
 t_open = time.perf_counter() - t0
 t2 = time.perf_counter()

@@ -63,11 +63,11 @@ def stored_pages(store_dir: Path, doc_id: str, n: int) -> tuple[np.ndarray, list
     from docrefrag.indexes.store import Store
 
     with Store(store_dir) as store:
-        doc = store.find(store.resolve(doc_id))
+        doc = store.catalog.find(store.catalog.resolve(doc_id))
         if doc.n_pages < n:
             raise ValueError(f"document {doc.doc_id} has {doc.n_pages} pages; pass --pages {doc.n_pages} or fewer")
         keys = [(doc.doc_id, i) for i in range(1, n + 1)]
-        return store.stacked_tokens(keys), [store.page(*key) for key in keys]
+        return store.pages.stacked_tokens(keys), [store.pages.get(*key) for key in keys]
 
 
 def run_bench(tokens: np.ndarray, records: list, ks: list[int], p: float, new_tokens: int,

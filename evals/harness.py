@@ -57,7 +57,7 @@ def model_identity(model) -> dict | None:
 
 def run_settings(store: Store, config: dict | None = None, **models) -> dict:
     """A run's settings: its logs resume only under the same ones (evals.jsonl)."""
-    return {"encoder": store.encoder_id, "config": config, **{k: model_identity(m) for k, m in models.items()}}
+    return {"encoder": store.meta.encoder_id, "config": config, **{k: model_identity(m) for k, m in models.items()}}
 
 
 def run_retrieval(benchmark: Benchmark, data_dir: Path, store: Store, embedder, out_dir: Path,

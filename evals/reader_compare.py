@@ -166,8 +166,8 @@ def full_text(reader, store, searcher, questions: list, doc_ids: dict[str, str],
         for index, q in enumerate(tqdm(questions, desc="full-text", unit="q", disable=not show_progress)):
             doc_id = doc_ids[q.doc_name]
             keys = searcher.candidates(q.question, [doc_id], k=pages).ranked("consistency")[:pages]
-            tokens = torch.from_numpy(store.stacked_tokens(keys))  # (n, m, d)
-            records, texts = [store.page(*key) for key in keys], [store.page_markdown(*key) for key in keys]
+            tokens = torch.from_numpy(store.pages.stacked_tokens(keys))  # (n, m, d)
+            records, texts = [store.pages.get(*key) for key in keys], [store.pages.markdown(*key) for key in keys]
             if index == 0:  # the first prefills of a process pay for set-up: warm both readings up
                 read_selective(reader, q.question, tokens, records, p)
                 read_full(reader, q.question, texts)

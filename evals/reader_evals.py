@@ -197,7 +197,7 @@ def dev_examples(data: Path, store, benchmark: str, pages: int = 3, seed: int = 
     from docrefrag.core.train_data import Example
     from docrefrag.evals.datasets import load_questions, mmlongbench_format
 
-    docs = {d.name: d for d in store.documents() if d.status == "ready"}
+    docs = {d.name: d for d in store.catalog.documents() if d.status == "ready"}
     rng, examples = random.Random(seed), []
     for q in load_questions(benchmark, data / "samples.json"):
         doc = docs.get(q.doc_name)
@@ -207,7 +207,7 @@ def dev_examples(data: Path, store, benchmark: str, pages: int = 3, seed: int = 
         others = [p for p in range(1, doc.n_pages + 1) if p not in q.evidence_pages]
         keys = [(doc.doc_id, p) for p in [*q.evidence_pages, *rng.sample(others, pages - len(q.evidence_pages))]]
         rng.shuffle(keys)
-        labels = page_labels([store.page(*key) for key in keys], q.question, q.answer, GRID, CHUNK_K)
+        labels = page_labels([store.pages.get(*key) for key in keys], q.question, q.answer, GRID, CHUNK_K)
         if labels:
             examples.append((Example("qa", q.question, keys, q.answer, mmlongbench_format(q), labels=labels), q))
     return examples
@@ -220,8 +220,8 @@ def dev_readings(reader, data: Path, store, benchmark: str, limit: int) -> list:
 
     readings = []
     for ex, q in dev_examples(data, store, benchmark)[:limit]:
-        tokens, regions = read_pages(reader, lambda keys: (store.stacked_tokens(keys), [store.page(*k) for k in keys]),
-                                     ex.pages)
+        tokens, regions = read_pages(reader, lambda keys: (store.pages.stacked_tokens(keys),
+                                                           [store.pages.get(*k) for k in keys]), ex.pages)
         readings.append(Reading(ex, tokens, regions, lambda pred, q=q: score(q, pred)))
     return readings
 
@@ -287,8 +287,9 @@ def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pag
     from docrefrag.indexes.store import Store
 
     store = Store(store_dir)
-    names = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
-    pool = single_evidence_questions(load_questions("mmlongbench", data / "samples.json"), store.documents(), questions)
+    documents = store.catalog.documents()
+    names = {d.name: d.doc_id for d in documents if d.status == "ready"}
+    pool = single_evidence_questions(load_questions("mmlongbench", data / "samples.json"), documents, questions)
     searcher = HybridSearcher(store, default_encoder().embedder)
     lo, hi = noisy_pages
     seqs = [build_sequence(searcher, EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), names[q.doc_name],
@@ -342,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
 
         with Store(args.store) as store, torch.no_grad():
             examples = stated_examples(args.stated, store)[:args.limit]
-            rows = recall(reader, examples, lambda keys: torch.from_numpy(store.stacked_tokens(keys)),
+            rows = recall(reader, examples, lambda keys: torch.from_numpy(store.pages.stacked_tokens(keys)),
                           recall_selectors(reader))
     elif args.what in ("training-tasks", "recall"):
         trainer = heldout_trainer(args.work / f"heldout-{args.what}", docs=args.docs if args.what == "recall" else 4)
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             store, seqs = synthetic_sequences(args.work / "heldout", 6, 6, args.limit, tuple(args.noisy_pages))
 
         def pages_of(keys):
-            return store.stacked_tokens(keys), [store.page(*key) for key in keys]
+            return store.pages.stacked_tokens(keys), [store.pages.get(*key) for key in keys]
 
         with torch.no_grad():
             rows = (selectors(reader, seqs, pages_of) if args.what == "selectors"
@@ -417,7 +418,7 @@ def full_text_command(args, reader) -> tuple[list[dict], str]:
     if data is None or args.store is None:
         raise SystemExit("full-text reads a question set: pass --stated DIR or --longdocurl DIR, and --store STORE")
     with Store(args.store) as store:
-        doc_ids = {d.name: d.doc_id for d in store.documents() if d.status == "ready"}
+        doc_ids = {d.name: d.doc_id for d in store.catalog.documents() if d.status == "ready"}
         questions = [q for q in load_questions("mmlongbench" if args.stated else "longdocurl", data / "samples.json")
                      if q.doc_name in doc_ids][:args.limit]
         searcher = HybridSearcher(store, default_encoder().embedder)

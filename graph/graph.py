@@ -92,7 +92,7 @@ def explore(state: AskState, runtime: Runtime[AskContext]) -> dict:
     instructions = AgentInstructions(ctx.store.db).active(prompts.AGENT_SEED)
     scope, notes = state.get("doc_ids") or None, []
     if scope and len(scope) == 1:
-        notes.append(f"Document: {scope[0]} ({len(ctx.store.page_numbers(scope[0]))} pages)")
+        notes.append(f"Document: {scope[0]} ({len(ctx.store.pages.numbers(scope[0]))} pages)")
     p = Plan(**state["plan"])
     if state.get("round", 1) > 1 and p.sub_queries:
         notes.append(f"An earlier search found no page that supports an answer; search other words too, "

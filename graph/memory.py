@@ -70,7 +70,7 @@ def seed_plan(plan: Plan, question: str, doc_ids: list[str] | None, ctx: AskCont
             if q.strip().casefold() not in seen:
                 seen.add(q.strip().casefold())
                 added.append(q)
-    scope = set(doc_ids if doc_ids is not None else ctx.store.ready_ids())
+    scope = set(doc_ids if doc_ids is not None else ctx.store.catalog.ready_ids())
     hints = list(dict.fromkeys((p["doc_id"], p["page"]) for stored, _ in recalled
                                for p in stored.evidence["pages"] if p["doc_id"] in scope))
     entry = {"node": "memory", "recalled": [{"id": s.id, "similarity": round(sim, 4), "question": s.question}
@@ -87,7 +87,7 @@ def remember(store: Store, embedder, result: AskResult, doc_ids: list[str] | Non
                 "sections": _sections(store, [c for claim in result.claims for c in claim["citations"]])}
     try:
         return store.memory.add(result.question, _embed(embedder, result.question),
-                                doc_ids if doc_ids is not None else store.ready_ids(),
+                                doc_ids if doc_ids is not None else store.catalog.ready_ids(),
                                 plan.get("sub_queries") or [result.question], evidence,
                                 list(dict.fromkeys(e["node"] for e in result.trace)), result.rounds, result.confidence)
     except StoreError as e:
@@ -102,7 +102,7 @@ def _sections(store: Store, citations: list[dict]) -> list[dict]:
     for c in citations:
         if c.get("bbox") is None:
             continue
-        graph = store.graph(c["doc_id"])
+        graph = store.graphs.get(c["doc_id"])
         on_page = [n for n in graph.nodes if n[0] == c["page"] and n[1] > 0]
         overlap = {n: box_overlap(tuple(c["bbox"]), graph.nodes[n].bbox) for n in on_page}
         best = max(overlap, key=overlap.get, default=None)

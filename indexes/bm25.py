@@ -5,7 +5,8 @@ epsilon * mean idf) computed over the searched scope: a page is one BM25 documen
 term counts summed), and the statistics (N, df, avgdl) come from the pages in scope, so searching
 one document equals a rank-bm25 index built over that document's pages (a parity test checks it).
 The index is a sparse term-count matrix over chunks (scipy CSR) plus its vocabulary, persisted as
-one .npz file, so reopening costs a file read and no tokenisation.
+one .npz file, so reopening costs a file read and no tokenisation. `BM25File` is the Store's part
+`store.bm25`: the index of the store's ready documents, saved as STORE/bm25.npz.
 """
 
 from __future__ import annotations
@@ -19,9 +20,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    from docrefrag.indexes.catalog import Meta
+    from docrefrag.indexes.page_table import PageTable
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -183,3 +189,34 @@ class BM25Index:
         best = self.best_chunks(scored, scored.scope[order])
         return [BM25Hit(self.page_keys[p][0], self.page_keys[p][1], float(s), best.get(int(p), 0))
                 for p, s in zip(scored.scope[order], scored.scores[order], strict=True)]
+
+
+class BM25File:
+    """The BM25 index of a store's ready documents, saved at `path` for one store generation. The saved file is
+    used when it reflects the current generation; otherwise (an ingest was interrupted before saving it) the
+    index is built in memory, and only an ingest writes the file, so concurrent readers never race on it."""
+
+    def __init__(self, path: Path, meta: Meta, pages: PageTable) -> None:
+        self.path, self.meta, self.pages = path, meta, pages
+        self._index: tuple[int, BM25Index] | None = None
+
+    def index(self) -> BM25Index:
+        generation = self.meta.generation
+        if self._index is not None and self._index[0] == generation:
+            return self._index[1]
+        index = BM25Index.load(self.path, generation) if self.path.is_file() else None
+        if index is None:
+            index = BM25Index.build(self.pages.ready_chunks())
+        self._index = (generation, index)
+        return index
+
+    def saved(self) -> bool:
+        """Whether the file reflects the current documents (else searches build the index in memory)."""
+        return self.path.is_file() and BM25Index.load(self.path, self.meta.generation) is not None
+
+    def rebuild(self) -> BM25Index:
+        """Build the index and save it (called by ingest)."""
+        generation = self.meta.generation
+        index = BM25Index.build(self.pages.ready_chunks())
+        index.save(self.path, generation)
+        return index

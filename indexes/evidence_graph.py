@@ -14,7 +14,9 @@ document-level edges in one transaction, replacing any from before:
 A store ingested before the graph existed is upgraded on first use (`DocumentGraph.load`) or by
 `docrefrag ingest --upgrade`: the graph is rebuilt from the stored pages and tokens, no re-parsing.
 GRAPH_VERSION changes whenever the built graph would; an older graph is rebuilt the same way.
-Its tables (`SCHEMA`: elements, edges, graphs) are read and written here only.
+Its tables (`SCHEMA`: elements, edges, graphs) are read and written here only: the ingest's writes by the
+functions below (inside the transactions of indexes/page_table.py and indexes/catalog.py), the reads by
+`EvidenceGraphs`, the Store's part `store.graphs`, which keeps each document's graph for a store generation.
 """
 
 from __future__ import annotations
@@ -23,11 +25,15 @@ import json
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from docrefrag.core.page import Block, Word
 from docrefrag.indexes.elements import Edge, Element, page_elements
+
+if TYPE_CHECKING:
+    from docrefrag.indexes.catalog import DocInfo, Meta
 
 GRAPH_VERSION = 1
 SIMILAR_K = 3
@@ -219,3 +225,30 @@ class DocumentGraph:
         found = [(n, k, w) for n, k, w in self.out.get(node, [])]
         found += [(n, k, w) for n, k, w in self.into.get(node, []) if k in ("adjacent", "similar", "caption")]
         return [f for f in found if kinds is None or f[1] in kinds]
+
+
+class EvidenceGraphs:
+    """The evidence graphs of a store's documents, each read once per store generation."""
+
+    def __init__(self, db: sqlite3.Connection, meta: Meta) -> None:
+        self.db, self.meta = db, meta
+        self.db.executescript(SCHEMA)
+        self._graphs: dict[str, tuple[int, DocumentGraph]] = {}
+
+    def get(self, doc_id: str) -> DocumentGraph:
+        """The document's evidence graph (built from the stored pages first when the document was ingested
+        before the graph existed)."""
+        generation = self.meta.generation
+        cached = self._graphs.get(doc_id)
+        if cached is None or cached[0] != generation:
+            self._graphs[doc_id] = (generation, DocumentGraph.load(self.db, doc_id, self.meta.text_dim))
+        return self._graphs[doc_id][1]
+
+    def upgrade(self, documents: list[DocInfo]) -> list[str]:
+        """Rebuild the graph of each ready one of `documents` whose graph is missing or older; their names."""
+        done = []
+        for d in documents:
+            if d.status == "ready" and not built(self.db, d.doc_id):
+                rebuild(self.db, d.doc_id, self.meta.text_dim)
+                done.append(d.name)
+        return done

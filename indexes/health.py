@@ -100,8 +100,8 @@ def pseudo_query_runs(searcher: HybridSearcher, doc_id: str) -> tuple[list[int],
     """The document's pages and, per pseudo-query, (source page, BM25 scores, visual scores) of every page,
     scored by the searcher's branches as a search scores them."""
     store = searcher.store
-    pages = store.page_numbers(doc_id)
-    queries = pseudo_queries(doc_id, store.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []  # else unjudged
+    pages = store.pages.numbers(doc_id)
+    queries = pseudo_queries(doc_id, store.pages.text_chunks(doc_id)) if len(pages) > MIN_PAGES else []  # else unjudged
     vectors = searcher.embedder.embed_queries([q for _, q in queries]) if queries else []
     runs = []
     for (source, query), vec in zip(queries, vectors, strict=True):

@@ -75,7 +75,7 @@ class HybridSearcher:
         """
         if not query.strip():
             raise ValueError("the query is empty; pass some words to search for")
-        ready = set(self.store.ready_ids())
+        ready = set(self.store.catalog.ready_ids())
         scope = sorted(ready) if doc_ids is None else [d for d in doc_ids if d in ready]
         if not scope:
             return Candidates(scope, [], np.zeros(0), np.zeros(0), None, np.zeros((0, 2)))
@@ -88,7 +88,7 @@ class HybridSearcher:
 
     def branch_scores(self, query: str, query_vec: np.ndarray, scope: Sequence[str], n: int):
         """Each branch's top n pages of `scope`: their keys, BM25 and visual scores (NaN: not proposed)."""
-        visual, bm25 = self.store.visual, self.store.bm25()
+        visual, bm25 = self.store.visual, self.store.bm25.index()
         scored = bm25.page_scores(query, scope)
         top = best_first(scored.scores)[:n]
         sparse_by_key = {bm25.page_keys[scored.scope[i]]: float(scored.scores[i]) for i in top}
@@ -114,13 +114,13 @@ class HybridSearcher:
         """The top-k candidates by `fused`, each with its best BM25 chunk as region and snippet."""
         order = best_first(fused)[:k]
         chosen = [cands.keys[i] for i in order]
-        position = self.store.bm25().position
-        best = (self.store.bm25().best_chunks(cands.bm25,
+        position = self.store.bm25.index().position
+        best = (self.store.bm25.index().best_chunks(cands.bm25,
                                               np.array([position[key] for key in chosen if key in position]))
                 if cands.bm25 is not None else {})
         hits = []
         for i, key in zip(order, chosen, strict=True):
-            chunk = self.store.chunk(*key, best[position[key]]) if position.get(key) in best else None
+            chunk = self.store.pages.chunk(*key, best[position[key]]) if position.get(key) in best else None
             hits.append(Hit(key[0], key[1], float(fused[i]), _opt(cands.sparse[i]), _opt(cands.dense[i]),
                             bbox=chunk.bbox if chunk else None, snippet=chunk.text if chunk else ""))
         return hits

@@ -188,7 +188,7 @@ class Ingestor:
         """Ingest what `discover` found; `failed` (its refusals) lead the results."""
         results = list(failed)
         with IngestLock(self.store.root) as self._lock:  # other processes see an ingest running now
-            self.store.collect_garbage()
+            self.store.catalog.collect_garbage()
             for source in sources:
                 start = time.perf_counter()
                 try:
@@ -198,8 +198,8 @@ class Ingestor:
                 result.seconds = time.perf_counter() - start
                 results.append(result)
             self._lock.writing(None)
-            if any(r.status in ("added", "replaced", "resumed") for r in results) or not self.store.bm25_saved():
-                self.store.rebuild_bm25()
+            if any(r.status in ("added", "replaced", "resumed") for r in results) or not self.store.bm25.saved():
+                self.store.bm25.rebuild()
             if self.embedder is not None:
                 self._measure_health()
         return results
@@ -211,7 +211,7 @@ class Ingestor:
         from docrefrag.indexes.hybrid import HybridSearcher
 
         try:
-            health.of_documents(HybridSearcher(self.store, self.embedder), self.store.ready_ids())
+            health.of_documents(HybridSearcher(self.store, self.embedder), self.store.catalog.ready_ids())
         except (StoreError, sqlite3.Error, OSError, RuntimeError) as e:  # ingested all the same; a search measures it
             logger.warning("the branch health of the new documents was not measured (%s); their first search "
                            "will measure it", e)
@@ -221,19 +221,19 @@ class Ingestor:
             doc_id, size = content_hash(source)
         except OSError as e:  # permissions, or removed since discovery: nothing was written yet
             raise IngestError(unreadable(source.path, e)) from e
-        known = self.store.find(doc_id)
+        known = self.store.catalog.find(doc_id)
         moved = ""
         if known is not None and known.source != str(source.path) and not Path(known.source).exists():
             # the same content at a new place, the old one gone: a move; a later edit here must replace it
-            self.store.relocate(doc_id, source.name, str(source.path))
+            self.store.catalog.relocate(doc_id, source.name, str(source.path))
             moved = f"moved here from {known.source}"
         if known is not None and known.status == "ready" and known.failed_pages == 0:
             return IngestResult(str(source.path), "unchanged", doc_id, known.n_pages, known.ocr_pages, 0, message=moved)
         n_pages, warning = inspect_source(source)
-        replaces = any(d.source == str(source.path) and d.doc_id != doc_id for d in self.store.documents())
-        self.store.begin_document(doc_id, source.name, str(source.path), source.kind, n_pages, size)
+        replaces = any(d.source == str(source.path) and d.doc_id != doc_id for d in self.store.catalog.documents())
+        self.store.catalog.begin(doc_id, source.name, str(source.path), source.kind, n_pages, size)
         self._lock.writing(doc_id)
-        done = self.store.pages_done(doc_id)
+        done = self.store.pages.done(doc_id)
         todo = [i for i in range(n_pages) if i + 1 not in done]
         timings = {"parse": 0.0, "encode": 0.0, "index": 0.0}
         bar = tqdm(total=n_pages, initial=n_pages - len(todo), unit="page", desc=source.name[:40],
@@ -242,14 +242,14 @@ class Ingestor:
             self._run_pages(doc_id, source, todo, timings, bar)
         except BaseException:
             if known is None:  # failed or stopped before its first page: not a document to resume
-                self.store.forget_unstarted(doc_id)
+                self.store.catalog.forget_unstarted(doc_id)
             raise
         finally:
             bar.close()
-        self.store.finish_document(doc_id)
-        info = self.store.find(doc_id)
+        self.store.catalog.finish(doc_id)
+        info = self.store.catalog.find(doc_id)
         status: Status = "resumed" if known is not None else ("replaced" if replaces else "added")
-        errors = self.store.page_errors(doc_id)
+        errors = self.store.pages.errors(doc_id)
         notes = [note for note in (moved, warning) if note]
         notes += errors[:3] + ([f"and {len(errors) - 3} more failed pages"] if len(errors) > 3 else [])
         return IngestResult(str(source.path), status, doc_id, info.n_pages, info.ocr_pages, info.failed_pages,
@@ -278,7 +278,7 @@ class Ingestor:
                     self._drop_pool()
                     if index in suspects and not in_flight:
                         logger.warning("page %d crashed its worker process: %s", index + 1, e)
-                        self.store.add_page(doc_id,
+                        self.store.pages.add(doc_id,
                                             failed_page(index + 1, f"page {index + 1} crashed its worker process"),
                                             None)
                         bar.update()
@@ -316,10 +316,10 @@ class Ingestor:
         for key, value in result.seconds.items():
             timings[key] += value
         start = time.perf_counter()
-        self.store.check_encoder(result.encoder_id, result.text_dim)
+        self.store.meta.check_encoder(result.encoder_id, result.text_dim)
         if result.tokens is not None:
             tokens = result.tokens
             pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, result.text_dim)
             self.store.visual.upsert_page(doc_id, result.parsed.page, pooled, vectors)
-        self.store.add_page(doc_id, result.parsed, result.tokens)
+        self.store.pages.add(doc_id, result.parsed, result.tokens)
         timings["index"] += time.perf_counter() - start

@@ -4,8 +4,8 @@ One row per validated answer: its question and the question's query embedding (f
 the documents it was asked over, the plan's sub-queries, the evidence it cited, the graph nodes it ran,
 its rounds and its validator confidence. What is remembered and when, and how a recalled plan seeds a
 new question's search, is the ask graph's (graph/memory.py); this part stores, finds the nearest rows
-to a query embedding, and drops the rows whose documents are all retired (called by the ingest's
-retirement of old versions, indexes/store_writes.py, inside its transaction). The Store exposes it as
+to a query embedding, and drops the rows whose documents are all retired (called by the catalog's
+retirement of old versions, indexes/catalog.py, inside its transaction). The Store exposes it as
 `store.memory`.
 """
 

@@ -172,7 +172,7 @@ def _check_consistent(store: Store) -> None:
     - the evidence graph is consistent (`_check_graphs`).
     """
     db = store.db
-    docs = {d.doc_id: d for d in store.documents()}
+    docs = {d.doc_id: d for d in store.catalog.documents()}
     for table in (*TABLES[1:], "branch_health"):
         orphans = db.execute(f"SELECT DISTINCT doc_id FROM {table} WHERE doc_id NOT IN "
                              "(SELECT doc_id FROM documents)").fetchall()
@@ -180,7 +180,7 @@ def _check_consistent(store: Store) -> None:
     renders = store.root / "renders"
     if renders.is_dir():
         assert {p.name for p in renders.iterdir()} <= set(docs), "renders of unknown documents"
-    bm25 = store.bm25()
+    bm25 = store.bm25.index()
     expected_bm25: set[tuple[str, int]] = set()
     visual_total = 0
     for doc_id, d in docs.items():
@@ -196,7 +196,7 @@ def _check_consistent(store: Store) -> None:
         assert token_pages == ok, f"{doc_id}: tokens for {sorted(token_pages)}, parsed pages {sorted(ok)}"
         assert chunk_pages == worded, f"{doc_id}: chunks for {sorted(chunk_pages)}, pages with words {sorted(worded)}"
         for p in worded:
-            assert store.render_path(doc_id, p).is_file(), f"{doc_id} page {p} has no render"
+            assert store.pages.render_path(doc_id, p).is_file(), f"{doc_id} page {p} has no render"
         visual_pages = store.visual.doc_pages(doc_id)
         where = f"{doc_id}: vectors for {sorted(visual_pages)}, pages with words {sorted(worded)}"
         if d.status == "ready":
@@ -233,7 +233,7 @@ def _check_graphs(store: Store, docs: dict) -> None:
         assert evidence_graph.built(db, doc_id), f"{doc_id} is ready without its document-level graph"
         fresh = sqlite3.connect(":memory:")
         db.backup(fresh)
-        evidence_graph.rebuild(fresh, doc_id, store.text_dim)
+        evidence_graph.rebuild(fresh, doc_id, store.meta.text_dim)
         for table in ("elements", "edges"):
             query = f"SELECT * FROM {table} WHERE doc_id = ? ORDER BY 1, 2, 3, 4, 5, 6"
             assert db.execute(query, (doc_id,)).fetchall() == fresh.execute(query, (doc_id,)).fetchall(), \

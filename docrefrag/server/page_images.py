@@ -16,8 +16,9 @@ from fastapi import HTTPException
 from PIL import Image, ImageDraw
 
 from docrefrag.api import DocRefrag
-from docrefrag.indexes.catalog import DocInfo, PageRecord
+from docrefrag.indexes.catalog import DocInfo
 from docrefrag.indexes.errors import StoreError
+from docrefrag.indexes.page_table import PageRecord
 
 DOC_ID = re.compile(r"[0-9a-f]{16}")
 MAX_BOXES = 50
@@ -53,13 +54,13 @@ def find_page(dr: DocRefrag, doc_id: str, page: int) -> StoredPage:
     if page > doc.n_pages:
         raise HTTPException(404, f"document {doc_id} has {doc.n_pages} pages; page {page} is past its end")
     try:
-        record = dr.open_store().page(doc.doc_id, page)
+        record = dr.open_store().pages.get(doc.doc_id, page)
     except StoreError:
         raise HTTPException(404, f"page {page} of document {doc_id} is not ingested yet "
                                  f"({doc.pages_done} of {doc.n_pages} pages are)") from None
     if record.error:
         raise HTTPException(404, f"page {page} of document {doc_id} has no image: {record.error}")
-    render = dr.open_store().render_path(doc.doc_id, page)
+    render = dr.open_store().pages.render_path(doc.doc_id, page)
     if not render.is_file():
         raise HTTPException(404, f"page {page} of document {doc_id} has no stored render; re-ingest the document")
     return StoredPage(doc, record, render)

@@ -114,7 +114,7 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
             assert time.monotonic() < deadline, "ingest committed no pages in 120 s"
             time.sleep(0.02)
         with Store(root) as store:  # running now: the document names the process writing it
-            running = {d.name: d.writer_pid for d in store.documents()}
+            running = {d.name: d.writer_pid for d in store.catalog.documents()}
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its worker process
         proc.wait()
@@ -131,15 +131,15 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
     assert re.search(r"interrupted \d+/40 \(rerun ingest to resume\) +big\.pdf", plain), plain
 
     with Store(root) as store:
-        (partial,) = [d for d in store.documents() if d.name == "big.pdf"]
+        (partial,) = [d for d in store.catalog.documents() if d.name == "big.pdf"]
         check_consistent(store)
         searcher = HybridSearcher(store, embedder)
         hits = searcher.search("station s001 s002 s003 spring survey", k=10)
         assert hits and {h.doc_id for h in hits} == {ready.doc_id}
         assert searcher.search("station s001", k=5, doc_ids=[partial.doc_id]) == []
-        assert not any(k[0] == partial.doc_id for k in store.bm25().page_keys)
+        assert not any(k[0] == partial.doc_id for k in store.bm25.index().page_keys)
         with pytest.raises(StoreError, match=r"'big.pdf' is only partly ingested \(big.pdf: \d+/40 pages\); rerun"):
-            store.resolve("big.pdf")
+            store.catalog.resolve("big.pdf")
 
     rerun = subprocess.run(command, cwd=REPO, env=subprocess_env(), capture_output=True, text=True, timeout=300)
     assert "Traceback" not in rerun.stdout + rerun.stderr
@@ -149,13 +149,13 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
     assert counts(root, partial.doc_id) == {"documents": 1, "pages": BIG_PAGES, "chunks": BIG_PAGES,
                                             "tokens": BIG_PAGES}
     with Store(root) as store:
-        doc = store.find(partial.doc_id)
+        doc = store.catalog.find(partial.doc_id)
         assert (doc.status, doc.pages_done, doc.failed_pages) == ("ready", BIG_PAGES, 0)
         assert store.db.execute("SELECT COUNT(DISTINCT page), MIN(page), MAX(page) FROM pages WHERE doc_id = ?",
                                 (partial.doc_id,)).fetchone() == (BIG_PAGES, 1, BIG_PAGES)
         assert store.visual.doc_pages(partial.doc_id) == set(range(1, BIG_PAGES + 1))
         assert store.visual.count() == BIG_PAGES + 2
-        assert len(store.bm25().scope([partial.doc_id])) == BIG_PAGES
+        assert len(store.bm25.index().scope([partial.doc_id])) == BIG_PAGES
         check_consistent(store)
         hits = HybridSearcher(store, embedder).search("station s017", k=1, doc_ids=[partial.doc_id])
         assert [(h.doc_id, h.page) for h in hits] == [(partial.doc_id, 17)]
@@ -189,7 +189,7 @@ def test_an_interrupted_ingest_says_one_line_and_leaks_nothing(tmp_path, light_p
     time.sleep(1.0)  # the resource tracker reports leaks after the CLI has exited
     assert log.read_text() == "interrupted; rerun the same command to resume\n"
     with Store(root) as store:
-        (doc,) = store.documents()
+        (doc,) = store.catalog.documents()
         assert doc.status == "ingesting" and doc.writer_pid is None and 3 <= doc.pages_done < BIG_PAGES
 
 

@@ -79,7 +79,7 @@ def test_good_pdf_is_added_next_to_bad_inputs(bad_run, embedder):
     store, results = bad_run
     good = results["good.pdf"]
     assert (good.status, good.pages, good.failed_pages, good.message) == ("added", 2, 0, "")
-    assert good.doc_id in store.ready_ids()
+    assert good.doc_id in store.catalog.ready_ids()
     hits = HybridSearcher(store, embedder).search("census station s002", k=2)
     assert [(h.doc_id, h.page) for h in hits][0] == (good.doc_id, 2)
 
@@ -104,11 +104,11 @@ def test_bad_item_message_says_what_to_do(bad_run, name):
 def test_damaged_item_keeps_what_is_usable_and_says_what_to_do(bad_run, name):
     store, results = bad_run
     result = results[name]
-    assert result.status == "added" and result.doc_id in store.ready_ids(), result
+    assert result.status == "added" and result.doc_id in store.catalog.ready_ids(), result
     assert result.message and "\n" not in result.message and DAMAGED[name] in result.message
     if name == "scans":  # the bad page is named and recorded as failed; page 1 is searchable
         assert "page_2.png" in result.message and result.failed_pages == 1
-        assert store.page(result.doc_id, 1).error is None and store.page(result.doc_id, 2).error is not None
+        assert store.pages.get(result.doc_id, 1).error is None and store.pages.get(result.doc_id, 2).error is not None
     else:
         assert "repaired" in result.message
 
@@ -117,8 +117,8 @@ def test_bad_inputs_leave_the_store_consistent(bad_run, check_consistent):
     store, results = bad_run
     check_consistent(store)
     expected = {results[n].doc_id for n in ("good.pdf", *DAMAGED)}
-    assert set(store.ready_ids()) == expected
-    assert {k[0] for k in store.bm25().page_keys} == expected
+    assert set(store.catalog.ready_ids()) == expected
+    assert {k[0] for k in store.bm25.index().page_keys} == expected
 
 
 def test_pdf_with_zero_pages(tmp_path, ingest):
@@ -129,7 +129,7 @@ def test_pdf_with_zero_pages(tmp_path, ingest):
     with Store(tmp_path / "store", create=True) as store:
         (result,) = ingest(store, zero)
         assert result.status == "failed" and "zero.pdf" in result.message and "has no pages" in result.message
-        assert REMEDY.search(result.message) and store.documents() == []
+        assert REMEDY.search(result.message) and store.catalog.documents() == []
 
 
 def test_images_next_to_pdfs_are_not_a_document_and_a_bad_image_folder_fails_alone(tmp_path, ingest, light_pdf):
@@ -143,7 +143,7 @@ def test_images_next_to_pdfs_are_not_a_document_and_a_bad_image_folder_fails_alo
         results = {Path(r.source).name: r for r in ingest(store, root)}
         assert results["annual.pdf"].status == "added"
         assert results["assets"].status == "failed" and "page number" in results["assets"].message
-        assert [d.name for d in store.documents()] == ["annual.pdf"]
+        assert [d.name for d in store.catalog.documents()] == ["annual.pdf"]
 
 
 def test_an_unreadable_file_fails_alone(tmp_path, ingest, light_pdf, monkeypatch):
@@ -164,7 +164,7 @@ def test_an_unreadable_file_fails_alone(tmp_path, ingest, light_pdf, monkeypatch
         assert results["locked.pdf"].status == "failed"
         assert "Permission denied" in results["locked.pdf"].message and REMEDY.search(results["locked.pdf"].message)
         assert results["open.pdf"].status == "added"
-        assert [d.name for d in store.documents()] == ["open.pdf"]
+        assert [d.name for d in store.catalog.documents()] == ["open.pdf"]
 
 
 def test_a_symlink_loop_in_a_folder_is_scanned_once(tmp_path, ingest, light_pdf):

@@ -47,7 +47,7 @@ def test_negative_workers_are_refused_before_a_store_is_created(tmp_path, light_
 
 def test_a_store_whose_pages_all_failed_can_still_be_bound_to_a_qdrant_server(tmp_path):
     with Store(tmp_path / "store", create=True) as store:  # a first ingest whose only page failed: no vectors
-        store.begin_document("d1", "scan.pdf", "/x/scan.pdf", "pdf", 1, 10)
+        store.catalog.begin("d1", "scan.pdf", "/x/scan.pdf", "pdf", 1, 10)
     with Store(tmp_path / "store", qdrant_url="http://127.0.0.1:6333") as store:
         assert store.qdrant_url == "http://127.0.0.1:6333"  # no embedded vectors stand in the way
 

@@ -63,7 +63,7 @@ def test_the_controller_keeps_to_its_budgets_and_says_which_stopped_it(dr, repor
         assert ev.steps == steps
     opened = [m.node for m in ev.moves if m.action == "open"]
     assert sorted(opened) == ev.elements == sorted(set(opened))  # each once; reading order (page, element)
-    graph = dr.open_store().graph(doc_id)
+    graph = dr.open_store().graphs.get(doc_id)
     assert all(graph.nodes[k[1:]].kind not in ("page", "document") for k in ev.elements)
     # the best-scored element, the 2019 table, is opened first (cut to the budget when it is bigger)
     table = next(k for k, e in graph.nodes.items() if e.kind == "table" and k[0] == ANSWER_PAGE)
@@ -90,7 +90,7 @@ def test_the_same_inputs_give_the_same_moves(dr, report, question_vector):
 
 
 def _table(dr, doc_id):
-    graph = dr.open_store().graph(doc_id)
+    graph = dr.open_store().graphs.get(doc_id)
     return next((doc_id, *k) for k, e in graph.nodes.items() if e.kind == "table" and k[0] == ANSWER_PAGE)
 
 
@@ -102,7 +102,7 @@ def test_a_chat_model_picks_among_the_best_scored_and_ends_the_walk(dr, report, 
     assert ev.stopped == "driver" and len(ev.elements) == 1 and len(prompts) == 2
     listing = [line for line in prompts[0].splitlines() if line[:1].isdigit()]
     assert len(listing) == CHOICES and listing[0].startswith(f"1. [page {ANSWER_PAGE}, table] Operator")
-    graph = dr.open_store().graph(doc_id)
+    graph = dr.open_store().graphs.get(doc_id)
     (key,) = ev.elements  # the second candidate, not the best-scored table
     assert key != _table(dr, doc_id) and listing[1].startswith(f"2. [page {key[1]}, {graph.nodes[key[1:]].kind}]")
     assert "You have read 0 passages" in prompts[0] and "You have read 1 passages" in prompts[1]
@@ -161,7 +161,7 @@ def make_captioned(path: Path) -> Path:
 
 def test_a_table_pulls_in_its_caption_and_a_caption_its_figure(tmp_path, store, ingest, dr):
     (result,) = ingest(store, make_captioned(tmp_path / "freight.pdf"))
-    doc_id, graph = result.doc_id, store.graph(result.doc_id)
+    doc_id, graph = result.doc_id, store.graphs.get(result.doc_id)
     (table,) = [k for k, e in graph.nodes.items() if e.kind == "table"]
     (figure,) = [k for k, e in graph.nodes.items() if e.kind == "figure"]
     (table_caption,) = [n for n, kind, _ in graph.out[table] if kind == "caption"]
@@ -209,7 +209,7 @@ def test_ask_with_graph_evidence_reads_elements_and_cites_an_elements_box(dr, re
     opens = [m for m in gathered["moves"] if m["action"] == "open"]
     assert opens and {"step", "action", "node", "edge", "score", "tokens"} == set(opens[0])
     assert sorted(m["node"] for m in opens) == sorted(gathered["elements"])
-    graph = dr.open_store().graph(doc_id)
+    graph = dr.open_store().graphs.get(doc_id)
     by_page: dict[int, list[str]] = {}
     for _, page, el in gathered["elements"]:
         by_page.setdefault(page, []).append(graph.nodes[(page, el)].text)
@@ -236,7 +236,7 @@ def test_the_reader_reads_the_evidence_pages_and_cites_their_elements(dr, report
     (gathered,) = entries(result.trace, "gather")
     (answered,) = entries(result.trace, "answer")
     assert [tuple(p) for p in answered["pages"]] == list(dict.fromkeys((d, p) for d, p, _ in gathered["elements"]))
-    graph = dr.open_store().graph(doc_id)
+    graph = dr.open_store().graphs.get(doc_id)
     boxes = {graph.nodes[(p, el)].bbox for _, p, el in gathered["elements"]}
     cited = [c for claim in result.claims for c in claim["citations"]]
     assert all(c["bbox"] is None or tuple(c["bbox"]) in boxes for c in cited), (cited, boxes)

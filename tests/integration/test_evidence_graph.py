@@ -84,7 +84,7 @@ EDGES = {
 
 
 def _graph(store, doc_id):
-    graph = store.graph(doc_id)
+    graph = store.graphs.get(doc_id)
     labels = {(0, 0): "document", (1, 0): "page1", (2, 0): "page2"} | {n: v[0] for n, v in ELEMENTS.items()}
     return graph, labels
 
@@ -128,15 +128,15 @@ def test_rewriting_a_page_and_rebuilding_add_no_node_or_edge(tmp_path, store, in
                 db.execute("SELECT * FROM edges WHERE doc_id = ? ORDER BY 2, 3, 4, 5, 6", (doc_id,)).fetchall())
 
     before = rows()
-    record, tokens = store.page(doc_id, 1), store.page_tokens(doc_id, 1)
+    record, tokens = store.pages.get(doc_id, 1), store.pages.tokens(doc_id, 1)
     with db:  # what a resumed ingest does to a page it writes again
         evidence_graph.write_page(db, doc_id, 1, record.width, record.height, record.words, record.blocks,
-                                  record.markdown, tokens.tokens, tokens.word_counts, store.text_dim)
+                                  record.markdown, tokens.tokens, tokens.word_counts, store.meta.text_dim)
     assert not evidence_graph.built(db, doc_id)  # the document-level edges are due again
     with db:
         evidence_graph.finish(db, doc_id)
     assert rows() == before
-    evidence_graph.rebuild(db, doc_id, store.text_dim)
+    evidence_graph.rebuild(db, doc_id, store.meta.text_dim)
     assert rows() == before
     check_consistent(store)
 

@@ -35,7 +35,7 @@ def test_failed_page_is_retried_by_the_next_ingest(tmp_path, ingest, light_pdf):
             doc[1].get_pixmap(dpi=72).save(scans / "page_2.png")  # fixed: new content, a new version
             fixed = ingest(store, scans)[0]
             assert fixed.status == "replaced" and fixed.failed_pages == 0 and fixed.message == ""
-            assert store.ready_ids() == [fixed.doc_id]
+            assert store.catalog.ready_ids() == [fixed.doc_id]
 
 
 FAIL_INDEX = 1  # 0-based: page 2
@@ -55,16 +55,16 @@ def failing_page(monkeypatch):
 
 
 def _assert_failed_page_recorded(store: Store, doc_id: str, check_consistent) -> None:
-    (doc,) = store.documents()
+    (doc,) = store.catalog.documents()
     assert (doc.status, doc.n_pages, doc.pages_done, doc.failed_pages) == ("ready", 3, 3, 1)
-    broken = store.page(doc_id, 2)
+    broken = store.pages.get(doc_id, 2)
     assert broken.error and "page 2" in broken.error and "simulated broken content stream" in broken.error
     assert "\n" not in broken.error and broken.words == []
     for n in (1, 3):
-        page = store.page(doc_id, n)
+        page = store.pages.get(doc_id, n)
         assert page.error is None and f"station s{n:03d}" in " ".join(w.text for w in page.words)
     assert store.visual.doc_pages(doc_id) == {1, 3}
-    assert sorted(k[1] for k in store.bm25().page_keys) == [1, 3]
+    assert sorted(k[1] for k in store.bm25.index().page_keys) == [1, 3]
     check_consistent(store)
 
 
@@ -82,15 +82,15 @@ def test_parser_records_a_page_that_fails(tmp_path, store, encoder, light_pdf, f
     assert all(p.error is None and p.words for i, p in enumerate(parsed) if i != FAIL_INDEX)
 
     doc_id = "f" * 16  # what Ingestor._commit does for each page, by hand
-    store.check_encoder(encoder.encoder_id, encoder.text_dim)
-    store.begin_document(doc_id, pdf.name, str(pdf), "pdf", 3, pdf.stat().st_size)
+    store.meta.check_encoder(encoder.encoder_id, encoder.text_dim)
+    store.catalog.begin(doc_id, pdf.name, str(pdf), "pdf", 3, pdf.stat().st_size)
     for page in parsed:
         tokens = encoder.encode(page.to_input()) if page.error is None else None
         if tokens is not None:
             pooled, vectors, _ = retrieval_vectors(tokens.tokens, tokens.word_counts, encoder.text_dim)
             store.visual.upsert_page(doc_id, page.page, pooled, vectors)
-        store.add_page(doc_id, page, tokens)
-    store.finish_document(doc_id)
+        store.pages.add(doc_id, page, tokens)
+    store.catalog.finish(doc_id)
     _assert_failed_page_recorded(store, doc_id, check_consistent)
 
 
@@ -136,9 +136,9 @@ def test_a_worker_crash_fails_only_its_pages(tmp_path, light_pdf, workers):
             Ingestor(store, crash_on_marker_encoder, workers=workers, show_progress=False) as ingestor:
         results = {Path(r.source).name: r for r in ingestor.ingest([bad, good])}
         crashed, fine = results["bad.pdf"], results["good.pdf"]
-        assert crashed.status == "added" and crashed.doc_id in store.ready_ids()
-        assert store.page(crashed.doc_id, 2).error.startswith("page 2 crashed its worker process")
-        assert all(store.page(crashed.doc_id, n).error is None for n in (1, 3, 4)) and crashed.failed_pages == 1
+        assert crashed.status == "added" and crashed.doc_id in store.catalog.ready_ids()
+        assert store.pages.get(crashed.doc_id, 2).error.startswith("page 2 crashed its worker process")
+        assert all(store.pages.get(crashed.doc_id, n).error is None for n in (1, 3, 4)) and crashed.failed_pages == 1
         assert "rerun the ingest" in crashed.message
         assert (fine.status, fine.failed_pages) == ("added", 0)
 
@@ -154,6 +154,6 @@ def test_an_ingest_that_fails_before_its_first_page_lists_no_partial_document(tm
             Ingestor(store, no_encoder, workers=1, show_progress=False) as ingestor:
         with pytest.raises(Exception, match="models fetch"):
             ingestor.ingest([pdf])
-        assert store.documents() == []  # nothing to resume, so nothing listed as partly ingested
+        assert store.catalog.documents() == []  # nothing to resume, so nothing listed as partly ingested
     with pytest.raises(ValueError, match="workers must be >= 1"):
         Ingestor(None, workers=-2)

@@ -47,7 +47,7 @@ def test_ask_answers_from_the_table_and_cites_its_region(dr, report):
     assert "4,812" in citation["snippet"]
     x0, y0, x1, y1 = citation["bbox"]
     assert 0 <= x0 < x1 <= PAGE_SIZE[0] and 0 <= y0 < y1 <= PAGE_SIZE[1]
-    (holder,) = [c for c in dr.open_store().page_regions(doc_id, ANSWER_PAGE) if "4,812" in c.text]  # the table
+    (holder,) = [c for c in dr.open_store().pages.regions(doc_id, ANSWER_PAGE) if "4,812" in c.text]  # the table
     assert tuple(citation["bbox"]) == pytest.approx(holder.bbox)
     with pymupdf.open(store_dir.parent / "transit-review.pdf") as pdf:
         row = [pdf[ANSWER_PAGE - 1].search_for(word)[0] for word in ("Northfield", "4,812")]

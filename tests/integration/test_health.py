@@ -128,7 +128,7 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
         monkeypatch.setattr(branch_health, "measure", lambda searcher, doc_id: pytest.fail("measured twice"))
         assert branch_health.of_documents(again, [long.doc_id])[long.doc_id] == record[long.doc_id]
         assert again.search("badger count near station s010", k=1)[0].page == 10
-        docs = {d.doc_id: d for d in reopened.documents()}
+        docs = {d.doc_id: d for d in reopened.catalog.documents()}
     assert docs[long.doc_id].health_measured and docs[long.doc_id].health_dense == record[long.doc_id].dense
     assert docs[short.doc_id].health_measured and docs[short.doc_id].health_sparse is None  # not judged
     from docrefrag import cli, cli_common
@@ -172,7 +172,7 @@ def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_aga
     branch_health.of_documents(searcher, [doc.doc_id])
     assert branch_health.of_documents(searcher, [doc.doc_id]) == {doc.doc_id: BranchHealth(0.8, 0.7, 64)}
     assert calls == [doc.doc_id]
-    store.finish_document(doc.doc_id)  # a resumed ingest finishing: its pages may have changed
+    store.catalog.finish(doc.doc_id)  # a resumed ingest finishing: its pages may have changed
     branch_health.of_documents(searcher, [doc.doc_id])
     assert calls == [doc.doc_id] * 2
     monkeypatch.setattr(branch_health, "VERSION", 999)  # another recipe

@@ -35,26 +35,26 @@ def test_report_ingests_every_page(annual, encoder, counts, check_consistent):
     assert (result.status, result.pages, result.ocr_pages, result.failed_pages) == ("added", REPORT_PAGES, 0, 0)
     assert result.source == str(pdf.resolve()) and result.message == ""
 
-    (doc,) = store.documents()
+    (doc,) = store.catalog.documents()
     assert (doc.doc_id, doc.name, doc.status, doc.n_pages, doc.pages_done) == (
         result.doc_id, "annual.pdf", "ready", REPORT_PAGES, REPORT_PAGES)
-    assert store.ready_ids() == [doc.doc_id]
+    assert store.catalog.ready_ids() == [doc.doc_id]
     pages = range(1, REPORT_PAGES + 1)  # 1-based everywhere
     for n in pages:
-        page = store.page(doc.doc_id, n)
+        page = store.pages.get(doc.doc_id, n)
         assert page.error is None and not page.ocr
         assert (page.width, page.height) == (595.0, 842.0)
         assert len(page.words) > 50 and f"page {n}" in " ".join(w.text for w in page.words)
-        tokens = store.page_tokens(doc.doc_id, n)
+        tokens = store.pages.tokens(doc.doc_id, n)
         assert tokens.tokens.shape == (324, encoder.dim) and tokens.tokens.dtype == np.float32
         assert tokens.word_counts.shape == (324,) and tokens.word_counts.sum() == len(page.words)
-        assert store.render_path(doc.doc_id, n).read_bytes()[:2] == b"\xff\xd8"  # a JPEG
-        assert store.chunk(doc.doc_id, n, 0).text
+        assert store.pages.render_path(doc.doc_id, n).read_bytes()[:2] == b"\xff\xd8"  # a JPEG
+        assert store.pages.chunk(doc.doc_id, n, 0).text
     rows = counts(store.root, doc.doc_id)
     assert (rows["documents"], rows["pages"], rows["tokens"]) == (1, REPORT_PAGES, REPORT_PAGES)
     assert rows["chunks"] >= REPORT_PAGES
     assert store.visual.doc_pages(doc.doc_id) == set(pages)
-    assert set(store.bm25().page_keys) == {(doc.doc_id, n) for n in pages}
+    assert set(store.bm25.index().page_keys) == {(doc.doc_id, n) for n in pages}
     check_consistent(store)
 
 
@@ -78,7 +78,7 @@ def test_unchanged_file_is_not_ingested_again(annual, ingest, counts):
     assert (again.status, again.doc_id, again.pages) == ("unchanged", first.doc_id, REPORT_PAGES)
     assert counts(store.root, first.doc_id) == before
     assert store.visual.count() == REPORT_PAGES
-    assert len(store.bm25()) == REPORT_PAGES
+    assert len(store.bm25.index()) == REPORT_PAGES
 
 
 def test_changed_file_replaces_its_old_version(tmp_path, store, ingest, counts, check_consistent):
@@ -86,20 +86,20 @@ def test_changed_file_replaces_its_old_version(tmp_path, store, ingest, counts, 
     sample_report(pdf, pages=3, seed=1)
     (old,) = ingest(store, pdf)
     assert old.status == "added"
-    assert store.render_path(old.doc_id, 1).is_file()
+    assert store.pages.render_path(old.doc_id, 1).is_file()
 
     sample_report(pdf, pages=3, seed=2)  # same path, new content
     (new,) = ingest(store, pdf)
     assert new.status == "replaced" and new.doc_id != old.doc_id and new.pages == 3
 
-    assert [(d.doc_id, d.status) for d in store.documents()] == [(new.doc_id, "ready")]
+    assert [(d.doc_id, d.status) for d in store.catalog.documents()] == [(new.doc_id, "ready")]
     assert counts(store.root, old.doc_id) == {"documents": 0, "pages": 0, "chunks": 0, "tokens": 0}
     assert store.visual.doc_pages(old.doc_id) == set()
     assert not (store.root / "renders" / old.doc_id).exists()
     assert store.db.execute("SELECT COUNT(*) FROM tombstones").fetchone()[0] == 0
     assert store.visual.doc_pages(new.doc_id) == {1, 2, 3}
     assert store.visual.count() == 3
-    assert {k[0] for k in store.bm25().page_keys} == {new.doc_id}
+    assert {k[0] for k in store.bm25.index().page_keys} == {new.doc_id}
     check_consistent(store)
 
 
@@ -113,11 +113,11 @@ def test_a_moved_file_is_followed_and_its_next_edit_replaces_it(tmp_path, store,
     draft.rename(final)
     (moved,) = ingest(store, final)
     assert (moved.status, moved.doc_id) == ("unchanged", old.doc_id) and f"moved here from {draft}" in moved.message
-    assert [d.source for d in store.documents()] == [str(final)]
+    assert [d.source for d in store.catalog.documents()] == [str(final)]
 
     sample_report(final, pages=2, seed=2)  # edited where it now lies
     (new,) = ingest(store, final)
-    assert new.status == "replaced" and [d.doc_id for d in store.documents()] == [new.doc_id]
+    assert new.status == "replaced" and [d.doc_id for d in store.catalog.documents()] == [new.doc_id]
     check_consistent(store)
 
 
@@ -142,7 +142,7 @@ def _word_pdf(path: Path, words: list[str]) -> Path:
 
 
 def _texts(store: Store, doc_id: str, page: int) -> set[str]:
-    return {w.text.lower() for w in store.page(doc_id, page).words}
+    return {w.text.lower() for w in store.pages.get(doc_id, page).words}
 
 
 def test_folder_of_page_images_is_one_ocr_document(tmp_path, store, ingest, check_consistent):
@@ -151,11 +151,11 @@ def test_folder_of_page_images_is_one_ocr_document(tmp_path, store, ingest, chec
     _render_pages(pdf, scans, [1, 2, 10])  # page_10 sorts after page_2 by number, not by name
     (result,) = ingest(store, scans)
     assert (result.status, result.pages, result.ocr_pages, result.failed_pages) == ("added", 3, 3, 0)
-    (doc,) = store.documents()
+    (doc,) = store.catalog.documents()
     assert (doc.kind, doc.name, doc.ocr_pages, doc.status) == ("images", "scans", 3, "ready")
     for page, word in enumerate(["zebra", "falcon", "walrus"], start=1):
         assert word in _texts(store, doc.doc_id, page)
-        record = store.page(doc.doc_id, page)
+        record = store.pages.get(doc.doc_id, page)
         assert record.ocr and (record.width, record.height) == pytest.approx((300.0, 200.0))
     check_consistent(store)
 
@@ -168,7 +168,7 @@ def test_folder_with_pdfs_and_a_subfolder_of_images_yields_both(tmp_path, store,
     results = ingest(store, folder)
     assert sorted((r.status, Path(r.source).name, r.pages, r.ocr_pages) for r in results) == [
         ("added", "scans", 2, 2), ("added", "survey.pdf", 2, 0)]
-    assert sorted((d.kind, d.name, d.status) for d in store.documents()) == [
+    assert sorted((d.kind, d.name, d.status) for d in store.catalog.documents()) == [
         ("images", "scans", "ready"), ("pdf", "survey.pdf", "ready")]
     check_consistent(store)
 
@@ -189,11 +189,11 @@ def test_pdf_page_without_text_layer_is_ocred(tmp_path, store, ingest, check_con
 
     (result,) = ingest(store, pdf)
     assert (result.status, result.pages, result.ocr_pages, result.failed_pages) == ("added", 2, 1, 0)
-    assert not store.page(result.doc_id, 1).ocr
-    scanned_page = store.page(result.doc_id, 2)
+    assert not store.pages.get(result.doc_id, 1).ocr
+    scanned_page = store.pages.get(result.doc_id, 2)
     assert scanned_page.ocr and {"pelican", "lighthouse"} <= _texts(store, result.doc_id, 2)
     assert any(b.kind == "figure" for b in scanned_page.blocks)
-    assert "pelican" in store.chunk(result.doc_id, 2, 0).text.lower()
+    assert "pelican" in store.pages.chunk(result.doc_id, 2, 0).text.lower()
     check_consistent(store)
 
 
@@ -201,8 +201,8 @@ def test_a_missing_bm25_file_is_built_in_memory_and_rewritten_by_the_next_ingest
     pdf = light_pdf(tmp_path / "notes.pdf", 2, tag="notes")
     with Store(tmp_path / "store", create=True) as store:
         ingest(store, pdf)
-        assert store.bm25_saved()
+        assert store.bm25.saved()
         (tmp_path / "store" / "bm25.npz").unlink()
     with Store(tmp_path / "store") as store:  # a reader: builds in memory, writes nothing
-        assert len(store.bm25()) == 2 and not store.bm25_saved()
-        assert ingest(store, pdf)[0].status == "unchanged" and store.bm25_saved()
+        assert len(store.bm25.index()) == 2 and not store.bm25.saved()
+        assert ingest(store, pdf)[0].status == "unchanged" and store.bm25.saved()

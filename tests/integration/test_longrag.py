@@ -87,11 +87,11 @@ def test_mmlongbench_question_file(corpus, tmp_path):
          "evidence_pages": "[]", "evidence_sources": "[]", "answer_format": "None", "doc_type": "Research report"},
     ]
     (tmp_path / "samples.json").write_text(json.dumps(samples))
-    questions = [EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), store.resolve(q.doc_name),
+    questions = [EvidenceQuestion(q.question, q.answer, mmlongbench_format(q), store.catalog.resolve(q.doc_name),
                                   q.evidence_pages) for q in load_questions("mmlongbench", tmp_path)]
     config = NoiseConfig(m_min=4, m_max=6, placement="random", seed=1)
     multi, none = build_sequences(searcher, questions, config)
-    survey = store.resolve("survey.pdf")
+    survey = store.catalog.resolve("survey.pdf")
     assert [multi.pages[i] for i in multi.evidence] == [(survey, 4), (survey, 5)]
     assert multi.evidence == sorted(multi.evidence) and 4 + 2 <= len(multi.pages) <= 6 + 2
     ranked = [key for key in _ranking(searcher, questions[0].question) if key not in {(survey, 4), (survey, 5)}]

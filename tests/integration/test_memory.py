@@ -48,7 +48,7 @@ def test_a_validated_run_stores_its_plan_once(dr, report):
     assert (plan.rounds, plan.confidence) == (2, result.confidence) and plan.confidence >= AskConfig().validation.tau
     assert plan.nodes == ["plan", "retrieve", "rerank", "answer", "validate", "refine"]
     assert plan.evidence["pages"] == [{"doc_id": report[1], "page": ANSWER_PAGE}]
-    graph = dr.open_store().graph(report[1])
+    graph = dr.open_store().graphs.get(report[1])
     (section,) = plan.evidence["sections"]  # the heading above the cited table
     page, element = map(int, section["id"].split(":"))
     assert page == ANSWER_PAGE and graph.nodes[(page, element)].kind == "heading"

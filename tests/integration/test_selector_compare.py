@@ -126,14 +126,14 @@ def test_full_text_reads_the_same_top_pages_as_the_reader_and_tables_both(tok):
                                                                   10 * r + 9, r) for r in range(6) for c in range(6)])
     text = {1: "Homes: 120 in the north.", 2: "Offices: 45.", 3: "Nothing here."}
 
-    class Store:
+    class Pages:  # the store's `store.pages`
         def stacked_tokens(self, keys):
             return pages(len(keys)).numpy()
 
-        def page(self, doc_id, page):
+        def get(self, doc_id, page):
             return record
 
-        def page_markdown(self, doc_id, page):
+        def markdown(self, doc_id, page):
             return text[page]
 
     class Searcher:
@@ -143,7 +143,7 @@ def test_full_text_reads_the_same_top_pages_as_the_reader_and_tables_both(tok):
 
     questions = [SimpleNamespace(qid=f"q{i}", question=QUESTION, answer="120", doc_name="a.pdf", evidence_pages=(1,))
                  for i in range(2)]
-    rows = full_text(reader, Store(), Searcher(), questions, {"a.pdf": "doc-1"},
+    rows = full_text(reader, SimpleNamespace(pages=Pages()), Searcher(), questions, {"a.pdf": "doc-1"},
                      lambda q, pred: float(pred == q.answer), pages=2, show_progress=False)
 
     assert [r["pages"] for r in rows] == [[3, 1], [3, 1]] and all(r["evidence_read"] for r in rows)

@@ -19,7 +19,8 @@ def ledger_tool(store, searcher):
     def ledger_lookup(query: str, doc: str | None = None) -> str:
         """Look the query up in the operators' ledger; returns JSON hits (1-based pages)."""
         LEDGER_CALLS.append(query)
-        return json.dumps([{"doc_id": doc or store.ready_ids()[0], "page": ANSWER_PAGE, "snippet": "operator ledger"}])
+        return json.dumps([{"doc_id": doc or store.catalog.ready_ids()[0], "page": ANSWER_PAGE,
+                            "snippet": "operator ledger"}])
 
     return StructuredTool.from_function(ledger_lookup)
 

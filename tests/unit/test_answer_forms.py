@@ -132,7 +132,7 @@ def test_a_long_page_is_read_where_the_question_points():
 
 
 def test_the_citation_is_the_chunk_that_holds_the_answer_in_any_form():
-    from docrefrag.indexes.catalog import ChunkRecord
+    from docrefrag.indexes.page_table import ChunkRecord
 
     chunks = [ChunkRecord("d", 2, 0, "Revenue by region in 2025 was reported in Table 4.", (0, 0, 10, 10)),
               ChunkRecord("d", 2, 1, "Nordic 4,812 Iberia 3,100", (0, 20, 10, 30))]
@@ -141,7 +141,7 @@ def test_the_citation_is_the_chunk_that_holds_the_answer_in_any_form():
 
 
 def test_a_list_answer_is_cited_by_the_box_of_its_items():
-    from docrefrag.indexes.catalog import ChunkRecord
+    from docrefrag.indexes.page_table import ChunkRecord
 
     chunks = [ChunkRecord("d", 3, 0, "Priority markets for 2022:", (50, 260, 170, 280)),
               ChunkRecord("d", 3, 1, "- Uruguay", (64, 286, 112, 301)),

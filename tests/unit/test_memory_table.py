@@ -25,7 +25,7 @@ def unit(*values: float) -> np.ndarray:
 def store(tmp_path):
     with Store(tmp_path / "store", create=True) as s:
         for doc in ("a", "b"):
-            s.begin_document(doc, f"{doc}.pdf", f"/docs/{doc}.pdf", "pdf", 1, 10)
+            s.catalog.begin(doc, f"{doc}.pdf", f"/docs/{doc}.pdf", "pdf", 1, 10)
         yield s
 
 
@@ -71,7 +71,7 @@ def test_the_plans_over_no_remaining_document_are_dropped(store):
     _add(store, "q1", unit(1, 0), ["a"])  # over "a" alone
     both = _add(store, "q2", unit(0, 1), ["a", "b"])
     only_b = _add(store, "q3", unit(1, 1), ["b"])
-    store.forget_unstarted("a")  # no page stored: its record goes
+    store.catalog.forget_unstarted("a")  # no page stored: its record goes
     with store.db:
         store.memory.drop_orphans()
     assert [p.id for p in store.memory.plans()] == [both, only_b]
