@@ -6,7 +6,7 @@ whose nodes they name "PAGE:ELEMENT" ("0:0" the document, "3:0" page 3, "3:2" it
 `list_sections` (the outline of headings), `open_section` (the elements under a heading, its
 subsections' too, in reading order) and `neighbours` (a node's edges). A team adds its own with
 `ToolRegistry.add` or by configuration, `ToolRegistry.from_config(store, searcher,
-["package.module:factory"])`, where each factory takes (store, searcher) and returns a LangChain
+"package.module:factory,...")`, where each factory takes (store, searcher) and returns a LangChain
 tool. Tool errors (a bad argument, an unknown document or node) come back as text the agent can read.
 """
 
@@ -162,9 +162,11 @@ class ToolRegistry:
         return self.tools[name]
 
     @classmethod
-    def from_config(cls, store: Store, searcher: HybridSearcher, extra: Sequence[str] = ()) -> ToolRegistry:
+    def from_config(cls, store: Store, searcher: HybridSearcher, extra: str = "") -> ToolRegistry:
+        """The built-in tools and a team's (`extra`: comma-separated 'package.module:factory' paths, as the
+        ask config's agent_tools and `--agent-tools` have them)."""
         registry = cls(builtin_tools(store, searcher))
-        for path in extra:
+        for path in (p.strip() for p in extra.split(",") if p.strip()):
             factory: ToolFactory = load_object(path, "package.module:factory")
             registry.add(factory(store, searcher))
         return registry

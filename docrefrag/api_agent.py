@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,7 +52,7 @@ class AgentWork:
     def evolve_agent(self, benchmark: Benchmark, data: Path | str, out: Path | str, rounds: int = 3,
                      llm: str | BaseChatModel | None = None, meta_llm: str | BaseChatModel | None = None,
                      limit: int | None = None, steps: int = 5, pages: int = 3, sample: int = 3, probes: int = 2,
-                     seed: int = 0, per_split: int | None = None, tools: Sequence[str] = (),
+                     seed: int = 0, per_split: int | None = None, tools: str = "",
                      diagnosis: str = "llm", show_progress: bool = False) -> dict:
         """Evolve the retrieval agent's instructions on the benchmark's questions (ingesting the documents the
         store lacks): `docrefrag.evals.evolve`. `meta_llm` (default: `llm`) diagnoses ("llm"; "measure": the

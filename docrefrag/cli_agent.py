@@ -56,8 +56,8 @@ def cmd_evolve(args: argparse.Namespace) -> int:
                                  llm=chat_model(dr, args, args.llm),
                                  meta_llm=chat_model(dr, args, args.meta_llm) if args.meta_llm else None,
                                  limit=args.limit, steps=args.steps, sample=args.sample, probes=args.probes,
-                                 seed=args.seed, per_split=args.per_split, tools=args.tool, diagnosis=args.diagnosis,
-                                 show_progress=sys.stderr.isatty())
+                                 seed=args.seed, per_split=args.per_split, tools=args.agent_tools,
+                                 diagnosis=args.diagnosis, show_progress=sys.stderr.isatty())
     print(evolution_markdown(report))
     print(f"reports in {args.out}; docrefrag agent history shows every version")
     return EXIT_OK

@@ -193,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     evolve.add_argument("--seed", type=int, default=0, help="the document split's seed (default 0)")
     evolve.add_argument("--per-split", type=int, default=None, metavar="N",
                         help="at most N questions in each of train, validation and test (default: all)")
-    evolve.add_argument("--tool", action="append", default=[], metavar="PACKAGE.MODULE:FACTORY",
-                        help="a team's tool besides the built-in ones; repeatable")
+    evolve.add_argument("--agent-tools", default="", metavar="PACKAGE.MODULE:FACTORY[,...]",
+                        help="a team's tools besides the built-in ones, comma-separated (as for ask)")
     _llm_args(evolve)
 
     ask = sub.add_parser("ask", help="answer a question from the store's documents, with cited pages and regions")

@@ -138,7 +138,7 @@ def _failures(trajectories: Sequence[Trajectory], sample: int, round_no: int) ->
 
 def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Sequence[Question],
            doc_ids: dict[str, str], out_dir: Path, rounds: int = 3, steps: int = 5, pages: int = 3, sample: int = 3,
-           probes: int = 2, seed: int = 0, per_split: int | None = None, extra_tools: Sequence[str] = (),
+           probes: int = 2, seed: int = 0, per_split: int | None = None, extra_tools: str = "",
            diagnosis: str = "llm") -> dict:
     """Evolve the store's active instructions; writes evolution.json, .md and .png under `out_dir`. `diagnosis`:
     "llm" (the meta-agent probes the tools and states each lesson) or "measure" (every search tool probed with

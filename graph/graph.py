@@ -87,8 +87,7 @@ def explore(state: AskState, runtime: Runtime[AskContext]) -> dict:
     """The retrieval agent (retrieval "agent"): the chat model calls the tools step by step, following the store's
     active instructions; the pages it found, best first, are the round's hits."""
     ctx, cfg = runtime.context, runtime.context.config
-    tools = ToolRegistry.from_config(ctx.store, ctx.searcher, [t.strip() for t in cfg.search.agent_tools.split(",")
-                                                              if t.strip()])
+    tools = ToolRegistry.from_config(ctx.store, ctx.searcher, cfg.search.agent_tools)
     instructions = AgentInstructions(ctx.store.db).active(prompts.AGENT_SEED)
     scope, notes = state.get("doc_ids") or None, []
     if scope and len(scope) == 1:

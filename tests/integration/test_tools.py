@@ -23,7 +23,7 @@ def registry(tmp_path_factory, ingest, light_pdf, embedder):
     folder = tmp_path_factory.mktemp("tools")
     store = Store(folder / "store", create=True)
     ingest(store, light_pdf(folder / "census.pdf", 3, tag="census"))
-    yield ToolRegistry.from_config(store, HybridSearcher(store, embedder), [f"{__name__}:shout_tool"])
+    yield ToolRegistry.from_config(store, HybridSearcher(store, embedder), f"{__name__}:shout_tool")
     store.close()
 
 
@@ -52,4 +52,4 @@ def test_tools_added_by_configuration(registry):
     with pytest.raises(KeyError, match="registered"):
         registry["nope"]
     with pytest.raises(ValueError, match="package.module:factory"):
-        ToolRegistry.from_config(None, None, ["no_such_module_xyz:factory"])
+        ToolRegistry.from_config(None, None, "no_such_module_xyz:factory")
