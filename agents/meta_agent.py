@@ -9,7 +9,8 @@ diagnosis, `measure`, asks no model: it runs every search tool with the question
 and states which ranked the missed page first (a measured lesson, where a small model's may be wrong). The rewrite
 (META_REWRITE) gets the current instructions, the lessons and the tool-use statistics, and returns at most
 MAX_CHARS of numbered rules; a rewrite that names none of the tools is refused (RewriteError), as nothing
-in it could steer the agent.
+in it could steer the agent. The rewrite without a model, `rule_rewrite`, writes the measured probes' best
+search as the first rule from a template: a 1.5B meta-agent restated the seed even when told the lesson.
 """
 
 from __future__ import annotations
@@ -106,13 +107,15 @@ def measure(failure: Failure, tools: Sequence[BaseTool]) -> Diagnosis:
     words: dict[str, str] = {}
     for word in " ".join([*plan.entities, *plan.keywords]).split():
         words.setdefault(word.lower(), word)  # each word once, as first spelled
-    queries = list(dict.fromkeys([failure.question, " ".join(words.values()) or failure.question]))
+    queries = {failure.question: "the whole question"}
+    queries.setdefault(" ".join(words.values()) or failure.question, "the question's key words")
     probes = []
     for tool in (t for t in tools if t.name in SEARCH_TOOLS):
-        for query in queries:
+        for query, kind in queries.items():
             call = run_tool(tool, {"query": query, "doc": failure.doc_id}).summary()
             ranks = [i for i, p in enumerate(call["pages"], 1) if p[1] in failure.evidence]
-            probes.append({**call, "found": bool(ranks) and ranks[0] <= PROBE_TOP, "rank": ranks[0] if ranks else None})
+            probes.append({**call, "query_kind": kind, "found": bool(ranks) and ranks[0] <= PROBE_TOP,
+                           "rank": ranks[0] if ranks else None})
     found = sorted((p for p in probes if p["found"]), key=lambda p: p["rank"])
     if found:
         lesson = "; ".join(f"{p['tool']} with the query {p['args']['query']!r} ranks page {_pages(failure.evidence)} "
@@ -132,6 +135,30 @@ def rewrite(instructions: str, diagnoses: Sequence[Diagnosis], usage: str, tool_
     reply = invoke_llm(llm, [HumanMessage(prompts.META_REWRITE.format(
         instructions=instructions, tools=", ".join(tool_names), lessons=lessons, usage=usage))], **kwargs)
     return clean_rewrite(str(reply.content), tool_names)
+
+
+def rule_rewrite(instructions: str, diagnoses: Sequence[Diagnosis]) -> str:
+    """The instructions with the measured diagnoses' best search as their first rule, from a template: the
+    (tool, query kind) whose probes ranked the missed page in the first PROBE_TOP for the most failures (then
+    the better mean rank). It replaces the rules that say what to call first; the other rules follow,
+    renumbered. RewriteError when no probe found a missed page, or the best search is already the first rule."""
+    found: dict[tuple[str, str], list[int]] = {}
+    for d in diagnoses:
+        for p in d.probes:
+            if p["found"] and "query_kind" in p:
+                found.setdefault((p["tool"], p["query_kind"]), []).append(p["rank"])
+    if not found:
+        raise RewriteError("no measured probe found a missed page: no search to write as a rule")
+    tool, kind = max(found, key=lambda k: (len(found[k]), -sum(found[k]) / len(found[k])))
+    first = (f"First call {tool} with {kind} as the query: on the questions missed before, that search ranked "
+             f"the answer's page in its first {PROBE_TOP}.")
+    lines = [line.strip() for line in instructions.splitlines() if line.strip()]
+    rules = [_RULE.sub("", line, count=1) for line in lines if _RULE.match(line)]
+    if rules and rules[0] == first:
+        raise RewriteError(f"the measured best search ({tool} with {kind}) is already the first rule")
+    kept = [first, *(r for r in rules if not r.lower().startswith("first "))]
+    lead = [line for line in lines if not _RULE.match(line)]
+    return "\n".join([*lead, *(f"{i}. {r}" for i, r in enumerate(kept, 1))])
 
 
 def clean_rewrite(text: str, tool_names: Sequence[str]) -> str:

@@ -187,9 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     evolve.add_argument("--steps", type=int, default=5, help="the agent's tool calls at most per question (default 5)")
     evolve.add_argument("--sample", type=int, default=3, help="failures diagnosed per round (default 3)")
     evolve.add_argument("--probes", type=int, default=2, help="the meta-agent's test calls per failure (default 2)")
-    evolve.add_argument("--diagnosis", choices=["llm", "measure"], default="llm",
+    evolve.add_argument("--diagnosis", choices=["llm", "measure", "rules"], default="llm",
                         help="llm (default): the meta-agent probes the tools and states each failure's lesson; "
-                             "measure: every search tool probed with the question and its key words, no model")
+                             "measure: every search tool probed with the question and its key words, no model; "
+                             "rules: measured, and the best search written as the first rule (no model at all)")
     evolve.add_argument("--seed", type=int, default=0, help="the document split's seed (default 0)")
     evolve.add_argument("--per-split", type=int, default=None, metavar="N",
                         help="at most N questions in each of train, validation and test (default: all)")

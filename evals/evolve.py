@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from docrefrag.agents import prompts
-from docrefrag.agents.meta_agent import Diagnosis, Failure, RewriteError, diagnose, measure, rewrite
+from docrefrag.agents.meta_agent import Diagnosis, Failure, RewriteError, diagnose, measure, rewrite, rule_rewrite
 from docrefrag.agents.planner import extract_intents
 from docrefrag.agents.retrieval import SEARCH_DEPTH, search_plan
 from docrefrag.agents.tool_agent import find_pages, tool_use
@@ -39,7 +39,7 @@ from docrefrag.indexes.store import Store
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation", "test")
-DIAGNOSES = ("llm", "measure")
+DIAGNOSES = ("llm", "measure", "rules")
 
 
 @dataclass(frozen=True)
@@ -141,8 +141,9 @@ def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Seq
            probes: int = 2, seed: int = 0, per_split: int | None = None, extra_tools: str = "",
            diagnosis: str = "llm") -> dict:
     """Evolve the store's active instructions; writes evolution.json, .md and .png under `out_dir`. `diagnosis`:
-    "llm" (the meta-agent probes the tools and states each lesson) or "measure" (every search tool probed with
-    the question and its key words; no model call but the rewrite)."""
+    "llm" (the meta-agent probes the tools and states each lesson), "measure" (every search tool probed with
+    the question and its key words; no model call but the rewrite) or "rules" (measured, and the best search
+    written as the first rule from a template: no model call)."""
     if diagnosis not in DIAGNOSES:
         raise ValueError(f"diagnosis must be one of {', '.join(DIAGNOSES)}, got {diagnosis!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -166,8 +167,9 @@ def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Seq
         entry = {"round": round_no, "parent": current.version, "train": train_stats,
                  "diagnoses": [asdict(d) for d in diagnoses]}
         try:
-            text = rewrite(current.text, diagnoses, _usage(train_stats), names, meta_llm,
-                           temperature=0.7 if round_no > 1 else None)
+            text = (rule_rewrite(current.text, diagnoses) if diagnosis == "rules" else
+                    rewrite(current.text, diagnoses, _usage(train_stats), names, meta_llm,
+                            temperature=0.7 if round_no > 1 else None))
         except RewriteError as e:
             entry.update(kept=False, refused=str(e))
             history.append(entry)

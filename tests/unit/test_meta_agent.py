@@ -10,7 +10,16 @@ import pytest
 from conftest import scripted
 from langchain_core.tools import StructuredTool
 
-from docrefrag.agents.meta_agent import Failure, RewriteError, clean_rewrite, diagnose, measure, rewrite
+from docrefrag.agents.meta_agent import (
+    Diagnosis,
+    Failure,
+    RewriteError,
+    clean_rewrite,
+    diagnose,
+    measure,
+    rewrite,
+    rule_rewrite,
+)
 from docrefrag.evals.datasets import Question
 from docrefrag.evals.evolve import Trajectory, _failures, scores, split_documents
 from docrefrag.indexes.instructions import AgentInstructions
@@ -62,6 +71,7 @@ def test_the_measured_diagnosis_probes_every_search_tool_without_a_model():
     assert [p["args"]["query"] for p in found.probes] == ["How many buses did Northfield run in 2019?",
                                                           "Northfield 2019 buses run"]
     assert found.probe_found and [p["rank"] for p in found.probes] == [2, 2]
+    assert [p["query_kind"] for p in found.probes] == ["the whole question", "the question's key words"]
     assert "search_pages with the query 'How many buses did Northfield run in 2019?' ranks page 4 at 2" in found.lesson
     missed = measure(Failure("q?", "a.pdf", [9], [1], []), [pages_tool([1, 2, 3, 9])])
     assert not missed.probe_found and "no search" in missed.lesson
@@ -108,3 +118,24 @@ def test_scores_and_rotating_failure_samples():
     first, second = _failures(trajs, 2, 1), _failures(trajs, 2, 2)
     assert [f.handed for f in first] == [[1, 2, 3], [1, 2, 3]] and [f.handed for f in second] == [[9, 8, 7],
                                                                                                 [1, 2, 3]]
+
+
+def test_the_rule_rewrite_writes_the_measured_best_search_first():
+    def probe(tool: str, kind: str, rank: int | None) -> dict:
+        return {"tool": tool, "query_kind": kind, "found": rank is not None and rank <= 3, "rank": rank}
+
+    seed = "You find pages.\n1. First call search_pages with the key words.\n2. Reply finish when done."
+    diagnoses = [Diagnosis("a?", "", [probe("search_pages", "the question's key words", 3),
+                                      probe("bm25_search", "the whole question", 1)]),
+                 Diagnosis("b?", "", [probe("bm25_search", "the whole question", 2),
+                                      probe("search_pages", "the question's key words", None)])]
+    text = rule_rewrite(seed, diagnoses)
+    assert text.splitlines() == [
+        "You find pages.",
+        "1. First call bm25_search with the whole question as the query: on the questions missed before, that "
+        "search ranked the answer's page in its first 3.",
+        "2. Reply finish when done."]
+    with pytest.raises(RewriteError, match="already the first rule"):
+        rule_rewrite(text, diagnoses)
+    with pytest.raises(RewriteError, match="no measured probe"):
+        rule_rewrite(seed, [Diagnosis("c?", "", [probe("search_pages", "the whole question", None)])])
