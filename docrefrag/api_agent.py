@@ -21,33 +21,28 @@ if TYPE_CHECKING:
 class AgentWork:
     """Mixed into DocRefrag: needs `open_store`, `usable_store`, `embedder` and `llm`."""
 
-    def _versions(self, create: bool = False):
-        from docrefrag.indexes.instructions import AgentInstructions
-
-        return AgentInstructions((self.open_store(create=True) if create else self.usable_store()).db)
-
     def agent_instructions(self, version: int | None = None) -> Instructions:
         """The active instructions of the retrieval agent (the package's seed on a store without any), or
         `version`."""
         from docrefrag.agents.prompts import AGENT_SEED
 
-        versions = self._versions()
+        versions = self.usable_store().instructions
         return versions.active(AGENT_SEED) if version is None else versions.get(version)
 
     def agent_history(self) -> list[Instructions]:
         """Every version of the instructions, oldest first (the seed stored if there is none yet)."""
         self.agent_instructions()
-        return self._versions().history()
+        return self.usable_store().instructions.history()
 
     def use_agent_instructions(self, version: int) -> Instructions:
         """Make `version` the active instructions."""
         self.agent_instructions()
-        return self._versions().use(version)
+        return self.usable_store().instructions.use(version)
 
     def set_agent_instructions(self, text: str, note: str = "") -> Instructions:
         """Store a team's own instructions as a new version, active."""
         parent = self.agent_instructions().version
-        return self._versions().add(text, parent=parent, origin="user", activate=True, note=note)
+        return self.usable_store().instructions.add(text, parent=parent, origin="user", activate=True, note=note)
 
     def evolve_agent(self, benchmark: Benchmark, data: Path | str, out: Path | str, rounds: int = 3,
                      llm: str | BaseChatModel | None = None, meta_llm: str | BaseChatModel | None = None,

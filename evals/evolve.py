@@ -33,7 +33,6 @@ from docrefrag.agents.tools import ToolRegistry
 from docrefrag.evals.datasets import Question
 from docrefrag.indexes.fusion import DEFAULT_METHOD
 from docrefrag.indexes.hybrid import HybridSearcher
-from docrefrag.indexes.instructions import AgentInstructions
 from docrefrag.indexes.store import Store
 
 logger = logging.getLogger(__name__)
@@ -147,7 +146,7 @@ def evolve(store: Store, searcher: HybridSearcher, llm, meta_llm, questions: Seq
     if diagnosis not in DIAGNOSES:
         raise ValueError(f"diagnosis must be one of {', '.join(DIAGNOSES)}, got {diagnosis!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    versions = AgentInstructions(store.db)
+    versions = store.instructions
     tools = ToolRegistry.from_config(store, searcher, extra_tools)
     names = [*tools.tools]
     splits = split_documents([q for q in questions if q.doc_name in doc_ids], seed, per_split)

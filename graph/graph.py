@@ -49,7 +49,6 @@ from docrefrag.graph.context import AskConfig, AskContext
 from docrefrag.graph.memory import seed_plan
 from docrefrag.graph.state import AskState
 from docrefrag.indexes.hybrid import Hit
-from docrefrag.indexes.instructions import AgentInstructions
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ def explore(state: AskState, runtime: Runtime[AskContext]) -> dict:
     active instructions; the pages it found, best first, are the round's hits."""
     ctx, cfg = runtime.context, runtime.context.config
     tools = ToolRegistry.from_config(ctx.store, ctx.searcher, cfg.search.agent_tools)
-    instructions = AgentInstructions(ctx.store.db).active(prompts.AGENT_SEED)
+    instructions = ctx.store.instructions.active(prompts.AGENT_SEED)
     scope, notes = state.get("doc_ids") or None, []
     if scope and len(scope) == 1:
         notes.append(f"Document: {scope[0]} ({len(ctx.store.pages.numbers(scope[0]))} pages)")

@@ -12,6 +12,7 @@ The catalog database holds these tables, each owned by one part of ``Store`` (in
     pages, tokens, chunks   each page's record, tokens and BM25 chunks: ``store.pages`` (indexes/page_table.py)
     elements, edges, graphs   the evidence graph: ``store.graphs`` (indexes/evidence_graph.py)
     plans          the experience memory: ``store.memory`` (indexes/memory_table.py)
+    agent_instructions   the retrieval agent's instructions: ``store.instructions`` (indexes/instructions.py)
 
 Consistency: ingest commits each page in one transaction after its vectors are upserted (idempotently:
 point ids derive from (doc, page)), so a killed ingest resumes at the first missing page. A document becomes

@@ -4,7 +4,9 @@ Each version is a text (when to call which tool, how to combine results, when to
 version, where it came from ("seed": the package's first text; "evolve": a meta-agent's rewrite; "user":
 `docrefrag agent set`), the scores it was measured with, the diagnoses behind it, and whether evolution
 kept it. One version is active: the one `ask --retrieval agent` follows (`docrefrag agent use VERSION`).
-The seed text is the caller's (agents/prompts.py): this layer stores text and knows no agent.
+The seed text is the caller's (agents/prompts.py): this layer stores text and knows no agent. The Store
+exposes it as `store.instructions`. Every query first makes the table if it is missing, so that it is made
+on first use and again when it was dropped after the store opened (which resets the store to the seed).
 """
 
 from __future__ import annotations
@@ -49,17 +51,22 @@ class AgentInstructions:
     """The versions of the agent's instructions in a store's catalog database."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-        with self.db:
-            self.db.executescript(_SCHEMA)
+        self._conn = db
+
+    def _db(self) -> sqlite3.Connection:
+        """The catalog's connection, with the table (made if it is missing)."""
+        with self._conn:
+            self._conn.executescript(_SCHEMA)
+        return self._conn
 
     def history(self) -> list[Instructions]:
         """Every version, oldest first."""
-        rows = self.db.execute(f"SELECT {_COLUMNS} FROM agent_instructions ORDER BY version")
+        rows = self._db().execute(f"SELECT {_COLUMNS} FROM agent_instructions ORDER BY version")
         return [_instructions(r) for r in rows]
 
     def get(self, version: int) -> Instructions:
-        row = self.db.execute(f"SELECT {_COLUMNS} FROM agent_instructions WHERE version = ?", (version,)).fetchone()
+        row = self._db().execute(f"SELECT {_COLUMNS} FROM agent_instructions WHERE version = ?",
+                                 (version,)).fetchone()
         if row is None:
             known = [str(i.version) for i in self.history()]
             raise ValueError(f"the store has no agent instructions version {version}; versions: "
@@ -68,7 +75,7 @@ class AgentInstructions:
 
     def active(self, seed: str) -> Instructions:
         """The active version; a store without any gets `seed` as version 1, active."""
-        row = self.db.execute(f"SELECT {_COLUMNS} FROM agent_instructions WHERE active = 1").fetchone()
+        row = self._db().execute(f"SELECT {_COLUMNS} FROM agent_instructions WHERE active = 1").fetchone()
         if row is not None:
             return _instructions(row)
         return self.add(seed, parent=None, origin="seed", activate=True, note="the package's seed instructions")
@@ -80,8 +87,9 @@ class AgentInstructions:
             raise ValueError("agent instructions are empty; write what the agent should do, in words")
         if origin not in ORIGINS:
             raise ValueError(f"origin must be one of {', '.join(ORIGINS)}, got {origin!r}")
-        with self.db:
-            cur = self.db.execute(
+        db = self._db()
+        with db:
+            cur = db.execute(
                 "INSERT INTO agent_instructions (created_at, text, parent, origin, kept, active, scores, diagnoses, "
                 "note) VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?)",
                 (time.time(), text.strip(), parent, origin, int(kept), json.dumps(scores or {}),
@@ -94,13 +102,15 @@ class AgentInstructions:
     def use(self, version: int) -> Instructions:
         """Make `version` the active one."""
         self.get(version)  # a clear error for an unknown version
-        with self.db:
-            self.db.execute("UPDATE agent_instructions SET active = (version = ?)", (version,))
+        db = self._db()
+        with db:
+            db.execute("UPDATE agent_instructions SET active = (version = ?)", (version,))
         return self.get(version)
 
     def score(self, version: int, scores: dict) -> Instructions:
         """Merge measured scores into a version's record."""
         merged = {**self.get(version).scores, **scores}
-        with self.db:
-            self.db.execute("UPDATE agent_instructions SET scores = ? WHERE version = ?", (json.dumps(merged), version))
+        db = self._db()
+        with db:
+            db.execute("UPDATE agent_instructions SET scores = ? WHERE version = ?", (json.dumps(merged), version))
         return self.get(version)

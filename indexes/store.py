@@ -6,6 +6,7 @@
                            pages, tokens, BM25 chunks  `store.pages`    (indexes/page_table.py)
                            the evidence graph          `store.graphs`   (indexes/evidence_graph.py)
                            the experience memory       `store.memory`   (indexes/memory_table.py)
+                           the agent's instructions    `store.instructions` (indexes/instructions.py)
     STORE/renders/DOC/N.jpg   144 dpi page renders (`store.pages`)
     STORE/bm25.npz         BM25 term counts of the ready documents, rebuilt when they change (`store.bm25`,
                            indexes/bm25.py)
@@ -25,6 +26,7 @@ from docrefrag.indexes.bm25 import BM25File
 from docrefrag.indexes.catalog import SCHEMA_VERSION, Catalog, Meta
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.evidence_graph import EvidenceGraphs
+from docrefrag.indexes.instructions import AgentInstructions
 from docrefrag.indexes.memory_table import MemoryTable
 from docrefrag.indexes.page_table import PageTable
 from docrefrag.indexes.writer import ingest_in_progress
@@ -53,6 +55,7 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.meta = Meta(self.db, self.root)
             self.memory = MemoryTable(self.db)
+            self.instructions = AgentInstructions(self.db)
             self.graphs = EvidenceGraphs(self.db, self.meta)
             self.pages = PageTable(self.db, self.root, self.meta, self.graphs)
             self.catalog = Catalog(self.db, self.root, self.meta, self.pages, self.memory, lambda: self.visual)

@@ -13,7 +13,6 @@ from docrefrag.cli import main
 from docrefrag.evals.datasets import Question
 from docrefrag.evals.evolve import evolve
 from docrefrag.indexes.hybrid import HybridSearcher
-from docrefrag.indexes.instructions import AgentInstructions
 from docrefrag.indexes.store import Store
 
 
@@ -65,7 +64,7 @@ def test_evolve_keeps_only_a_rewrite_that_raises_validation_recall(report, no_in
     with Store(store_dir) as store:
         report_ = evolve(store, HybridSearcher(store, embedder), llm, llm, qs, doc_ids, tmp_path, rounds=1, steps=2,
                          sample=1, probes=1, per_split=1)
-        history = AgentInstructions(store.db).history()
+        history = store.instructions.history()
     assert report_["questions"] == {"train": 1, "validation": 1, "test": 1}
     (first, second) = report_["rounds"]
     assert first["validation"]["recall"] == 0.0 and second["kept"] and second["validation"]["recall"] == 1.0
