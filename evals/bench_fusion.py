@@ -31,7 +31,7 @@ import numpy as np
 
 from docrefrag.evals.metrics import bootstrap_se, recall_at
 from docrefrag.indexes.fusion import fuse, minmax
-from docrefrag.indexes.health import BranchHealth, health_of, pseudo_query_runs, record
+from docrefrag.indexes.health import BranchHealth, health_of, pseudo_query_runs
 
 BRANCH_METHODS = ("sparse", "dense")
 METHODS = (*BRANCH_METHODS, "rrf", "sum", "consistency, no pages", "consistency, no health", "consistency")
@@ -54,7 +54,7 @@ def dump(benchmark: str, data: Path, store_dir: Path, out: Path) -> int:
             names = sorted({q.doc_name for q in asked})
             for name in names:  # first, so that the searcher finds each document's health recorded
                 pages, runs = pseudo_query_runs(searcher, doc_ids[name])
-                record(store, doc_ids[name], health_of(pages, runs))
+                store.health.record(doc_ids[name], health_of(pages, runs))
                 f.write(json.dumps({"pseudo_queries": name, "pages": pages,
                                     "runs": [[src, sp.tolist(), de.tolist()] for src, sp, de in runs]}) + "\n")
             print(f"pseudo-queries of {len(names)} documents: "

@@ -7,8 +7,9 @@ The catalog database holds these tables, each owned by one part of ``Store`` (in
     documents      one row per document version: name, source, kind, pages, status ("ready"/"ingesting"):
                    ``store.catalog`` (`Catalog`, here)
     tombstones     retired documents whose vectors and renders are still to be removed: ``store.catalog``
-    branch_health  each document's measured branch health (recorded and read by indexes/health.py; dropped
-                   when a page of the document is written or the document is finished or retired)
+    branch_health  each document's measured branch health: ``store.health`` (indexes/health.py), which drops
+                   it when a page of the document is written or the document is finished or retired;
+                   `Catalog.documents` lists it beside each document
     pages, tokens, chunks   each page's record, tokens and BM25 chunks: ``store.pages`` (indexes/page_table.py)
     elements, edges, graphs   the evidence graph: ``store.graphs`` (indexes/evidence_graph.py)
     plans          the experience memory: ``store.memory`` (indexes/memory_table.py)
@@ -37,6 +38,7 @@ from docrefrag.indexes.health import VERSION as HEALTH_VERSION
 from docrefrag.indexes.writer import ingest_in_progress
 
 if TYPE_CHECKING:
+    from docrefrag.indexes.health import HealthTable
     from docrefrag.indexes.memory_table import MemoryTable
     from docrefrag.indexes.page_table import PageTable
     from docrefrag.indexes.visual import VisualIndex
@@ -49,9 +51,6 @@ CREATE TABLE IF NOT EXISTS documents (
     n_pages INTEGER NOT NULL, bytes INTEGER NOT NULL, status TEXT NOT NULL, added_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS tombstones (doc_id TEXT PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS branch_health (
-    doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL, sparse REAL, dense REAL, queries INTEGER NOT NULL
-);
 """
 
 
@@ -138,11 +137,12 @@ class Meta:
 class Catalog:
     """The store's documents: listed, resolved from what a user types, and taken through an ingest (begun,
     relocated, forgotten when nothing was stored, finished); finishing one retires the older versions of its
-    source from every part (pages, evidence graph, experience memory, visual index)."""
+    source from every part (pages, evidence graph, experience memory, branch health, visual index)."""
 
     def __init__(self, db: sqlite3.Connection, root: Path, meta: Meta, pages: PageTable, memory: MemoryTable,
-                 visual: Callable[[], VisualIndex]) -> None:
-        self.db, self.root, self.meta, self.pages, self.memory, self.visual = db, root, meta, pages, memory, visual
+                 health: HealthTable, visual: Callable[[], VisualIndex]) -> None:
+        self.db, self.root, self.meta, self.pages, self.memory, self.health = db, root, meta, pages, memory, health
+        self.visual = visual
         self.db.executescript(SCHEMA)
 
     def documents(self) -> list[DocInfo]:
@@ -210,7 +210,7 @@ class Catalog:
                 self.db.execute("INSERT OR IGNORE INTO tombstones VALUES (?)", (old_id,))
             evidence_graph.finish(self.db, doc_id)
             self.db.execute("UPDATE documents SET status = 'ready' WHERE doc_id = ?", (doc_id,))
-            self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # e.g. measured while it resumed
+            self.health.drop(doc_id)  # e.g. measured while it resumed
             self.meta.bump_generation()
         self.collect_garbage()
         return old
@@ -226,7 +226,7 @@ class Catalog:
     def _delete(self, doc_id: str) -> None:
         """A retired version's rows in every part (in the caller's transaction)."""
         self.pages.delete(doc_id)
-        for table in ("branch_health", "documents"):
-            self.db.execute(f"DELETE FROM {table} WHERE doc_id = ?", (doc_id,))
+        self.health.drop(doc_id)
+        self.db.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
         evidence_graph.delete(self.db, doc_id)
         self.memory.drop_orphans()  # the experience memory's plans asked over no document that is left

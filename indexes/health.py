@@ -15,8 +15,11 @@ MIN_SOURCES pages, get NaN: no gating. Why only a large gap acts, and why QUERIE
 docs/decisions/branch-health.md.
 
 This module measures it (`measure`, from the searcher's own branch scores) and keeps it, once per
-document, in the store's `branch_health` table (`recorded`, `record`, `of_documents`); VERSION names
-this recipe: bump it when the recipe or a branch's scoring changes, so the records are measured again.
+document, in the store's `branch_health` table through `HealthTable`, the Store's part `store.health`,
+which makes every write of the table: a measure recorded, and a document's record dropped (inside their
+transactions) when indexes/page_table.py writes a page of it or indexes/catalog.py finishes or retires it.
+`of_documents` reads a document's record or measures it now. VERSION names this recipe: bump it when the
+recipe or a branch's scoring changes, so the records are measured again.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from docrefrag.indexes.hybrid import HybridSearcher
-    from docrefrag.indexes.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,11 @@ MIN_SOURCES = 3  # pseudo-queries from fewer distinct pages than this are too li
 VERSION = 3  # the recipe above; records of another version are recomputed
 _WORD = re.compile(r"\w[\w.,%$-]*")
 Run = tuple[int, np.ndarray, np.ndarray]  # a pseudo-query's source page, BM25 and visual scores of the pages
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS branch_health (
+    doc_id TEXT PRIMARY KEY, version INTEGER NOT NULL, sparse REAL, dense REAL, queries INTEGER NOT NULL
+);
+"""
 
 
 @dataclass(frozen=True)
@@ -116,31 +123,42 @@ def measure(searcher: HybridSearcher, doc_id: str) -> BranchHealth:
     return health_of(*pseudo_query_runs(searcher, doc_id))
 
 
-def recorded(store: Store, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
-    """The recorded branch health of those of `doc_ids` measured with the current recipe."""
-    rows = store.db.execute(f"SELECT doc_id, sparse, dense, queries FROM branch_health WHERE version = ? AND "
-                            f"doc_id IN ({', '.join('?' * len(doc_ids))})", (VERSION, *doc_ids)).fetchall()
-    return {d: BranchHealth(_nan(s), _nan(x), q) for d, s, x, q in rows}
+class HealthTable:
+    """The `branch_health` rows of a store's catalog database: each document's health, of the recipe VERSION."""
 
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self.db.executescript(SCHEMA)
 
-def record(store: Store, doc_id: str, health: BranchHealth) -> None:
-    """Keep the measured health of a ready document (a document retired meanwhile keeps nothing)."""
-    with store.db:
-        store.db.execute("INSERT OR REPLACE INTO branch_health SELECT ?, ?, ?, ?, ? WHERE EXISTS "
-                         "(SELECT 1 FROM documents WHERE doc_id = ? AND status = 'ready')",
-                         (doc_id, VERSION, health.sparse, health.dense, health.queries, doc_id))
+    def recorded(self, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
+        """The recorded branch health of those of `doc_ids` measured with the current recipe."""
+        rows = self.db.execute(f"SELECT doc_id, sparse, dense, queries FROM branch_health WHERE version = ? AND "
+                               f"doc_id IN ({', '.join('?' * len(doc_ids))})", (VERSION, *doc_ids)).fetchall()
+        return {d: BranchHealth(_nan(s), _nan(x), q) for d, s, x, q in rows}
+
+    def record(self, doc_id: str, health: BranchHealth) -> None:
+        """Keep the measured health of a ready document (a document retired meanwhile keeps nothing)."""
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO branch_health SELECT ?, ?, ?, ?, ? WHERE EXISTS "
+                            "(SELECT 1 FROM documents WHERE doc_id = ? AND status = 'ready')",
+                            (doc_id, VERSION, health.sparse, health.dense, health.queries, doc_id))
+
+    def drop(self, doc_id: str) -> None:
+        """Forget the document's record, measured on pages that are changing or gone (in the caller's
+        transaction)."""
+        self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))
 
 
 def of_documents(searcher: HybridSearcher, doc_ids: Sequence[str]) -> dict[str, BranchHealth]:
     """Each document's branch health, from the store's record or measured now (and recorded)."""
-    known = recorded(searcher.store, doc_ids)
+    known = searcher.store.health.recorded(doc_ids)
     missing = [d for d in doc_ids if d not in known]
     if missing:
         logger.info("measuring the retrieval branches' health on %d document(s) (once per document)", len(missing))
     for doc_id in missing:
         known[doc_id] = measure(searcher, doc_id)
         try:
-            record(searcher.store, doc_id, known[doc_id])
+            searcher.store.health.record(doc_id, known[doc_id])
         except sqlite3.OperationalError as e:  # a cache: the search goes on, the next one measures again
             logger.warning("could not record the branch health of %s in the store (%s)", doc_id, e)
     return known

@@ -6,9 +6,10 @@
     STORE/renders/DOC/N.jpg   144 dpi page renders
 
 Ingest writes a page with `add`: the render file first, then one transaction for the page's rows and its
-evidence-graph nodes (indexes/evidence_graph.py), so a killed ingest leaves whole pages only. The reads
-serve the reader (tokens), the answerer and the tools (markdown, regions), the citations (chunks, words)
-and the BM25 index (the ready documents' chunks). The Store exposes it as `store.pages`.
+evidence-graph nodes (indexes/evidence_graph.py), which also drops the document's branch health
+(`store.health`, measured on the old page), so a killed ingest leaves whole pages only. The reads serve the
+reader (tokens), the answerer and the tools (markdown, regions), the citations (chunks, words) and the BM25
+index (the ready documents' chunks). The Store exposes it as `store.pages`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from docrefrag.indexes.pages import ParsedPage
 if TYPE_CHECKING:
     from docrefrag.indexes.catalog import Meta
     from docrefrag.indexes.evidence_graph import EvidenceGraphs
+    from docrefrag.indexes.health import HealthTable
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pages (
@@ -75,8 +77,9 @@ class ChunkRecord:
 class PageTable:
     """The pages of a store's documents: their rows in the catalog database and their render files."""
 
-    def __init__(self, db: sqlite3.Connection, root: Path, meta: Meta, graphs: EvidenceGraphs) -> None:
-        self.db, self.root, self.meta, self.graphs = db, root, meta, graphs
+    def __init__(self, db: sqlite3.Connection, root: Path, meta: Meta, graphs: EvidenceGraphs,
+                 health: HealthTable) -> None:
+        self.db, self.root, self.meta, self.graphs, self.health = db, root, meta, graphs, health
         self.db.executescript(SCHEMA)
 
     def get(self, doc_id: str, page: int) -> PageRecord:
@@ -170,7 +173,7 @@ class PageTable:
         words = json.dumps([[w.text, w.x0, w.y0, w.x1, w.y1, w.block] for w in stored_words])
         blocks = json.dumps([[b.kind, b.x0, b.y0, b.x1, b.y1] for b in stored_blocks])
         with self.db:
-            self.db.execute("DELETE FROM branch_health WHERE doc_id = ?", (doc_id,))  # measured on the old page
+            self.health.drop(doc_id)  # measured on the old page
             self.db.execute("DELETE FROM chunks WHERE doc_id = ? AND page = ?", (doc_id, parsed.page))
             self.db.executemany(
                 "INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -7,6 +7,7 @@
                            the evidence graph          `store.graphs`   (indexes/evidence_graph.py)
                            the experience memory       `store.memory`   (indexes/memory_table.py)
                            the agent's instructions    `store.instructions` (indexes/instructions.py)
+                           the branches' health        `store.health`   (indexes/health.py)
     STORE/renders/DOC/N.jpg   144 dpi page renders (`store.pages`)
     STORE/bm25.npz         BM25 term counts of the ready documents, rebuilt when they change (`store.bm25`,
                            indexes/bm25.py)
@@ -26,6 +27,7 @@ from docrefrag.indexes.bm25 import BM25File
 from docrefrag.indexes.catalog import SCHEMA_VERSION, Catalog, Meta
 from docrefrag.indexes.errors import StoreError
 from docrefrag.indexes.evidence_graph import EvidenceGraphs
+from docrefrag.indexes.health import HealthTable
 from docrefrag.indexes.instructions import AgentInstructions
 from docrefrag.indexes.memory_table import MemoryTable
 from docrefrag.indexes.page_table import PageTable
@@ -57,8 +59,10 @@ class Store:
             self.memory = MemoryTable(self.db)
             self.instructions = AgentInstructions(self.db)
             self.graphs = EvidenceGraphs(self.db, self.meta)
-            self.pages = PageTable(self.db, self.root, self.meta, self.graphs)
-            self.catalog = Catalog(self.db, self.root, self.meta, self.pages, self.memory, lambda: self.visual)
+            self.health = HealthTable(self.db)
+            self.pages = PageTable(self.db, self.root, self.meta, self.graphs, self.health)
+            self.catalog = Catalog(self.db, self.root, self.meta, self.pages, self.memory, self.health,
+                                   lambda: self.visual)
             self.bm25 = BM25File(self.root / "bm25.npz", self.meta, self.pages)
             self._check(qdrant_url)
         except sqlite3.OperationalError as e:  # locked, read-only, disk full: the catalog itself may be fine

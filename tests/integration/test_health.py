@@ -114,7 +114,7 @@ def test_the_searcher_measures_a_document_once_and_the_store_keeps_the_record(tm
     searcher = HybridSearcher(store, embedder)
     hits = searcher.search("badger count near station s010", k=3)
     assert hits[0].page == 10 and hits[0].doc_id == long.doc_id
-    record = branch_health.recorded(store, [long.doc_id, short.doc_id])
+    record = store.health.recorded([long.doc_id, short.doc_id])
     assert set(record) == {long.doc_id, short.doc_id}
     assert record[long.doc_id].queries == QUERIES  # 12 chunks of at least 12 words, windows drawn until QUERIES
     assert record[long.doc_id].sparse > 0.5 and record[long.doc_id].dense > 0.5  # both branches work here
@@ -157,10 +157,10 @@ def test_a_replaced_document_loses_its_record(tmp_path, store, ingest, embedder,
     pdf = light_pdf(tmp_path / "survey.pdf", pages=8)
     (old,) = ingest(store, pdf)
     HybridSearcher(store, embedder).search("station s002", k=1)
-    assert old.doc_id in branch_health.recorded(store, [old.doc_id])
+    assert old.doc_id in store.health.recorded([old.doc_id])
     light_pdf(pdf, pages=8, tag="census")  # same path, new content
     (new,) = ingest(store, pdf)
-    assert new.status == "replaced" and branch_health.recorded(store, [old.doc_id, new.doc_id]) == {}
+    assert new.status == "replaced" and store.health.recorded([old.doc_id, new.doc_id]) == {}
 
 
 def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_again(tmp_path, store, ingest,
@@ -178,8 +178,8 @@ def test_a_record_of_another_recipe_or_of_an_unfinished_document_is_measured_aga
     monkeypatch.setattr(branch_health, "VERSION", 999)  # another recipe
     branch_health.of_documents(searcher, [doc.doc_id])
     assert calls == [doc.doc_id] * 3
-    branch_health.record(store, "retired", BranchHealth(0.8, 0.7, 64))  # no such ready document: nothing kept
-    assert branch_health.recorded(store, ["retired"]) == {}
+    store.health.record("retired", BranchHealth(0.8, 0.7, 64))  # no such ready document: nothing kept
+    assert store.health.recorded(["retired"]) == {}
 
 
 def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
@@ -187,7 +187,7 @@ def test_api_ingest_measures_the_new_documents(tmp_path, light_pdf):
 
     with DocRefrag(store=tmp_path / "store") as api:
         (result,) = api.ingest(light_pdf(tmp_path / "survey.pdf", pages=8), workers=1)
-        health = branch_health.recorded(api.open_store(), [result.doc_id])[result.doc_id]
+        health = api.open_store().health.recorded([result.doc_id])[result.doc_id]
         assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
 
 
@@ -202,5 +202,5 @@ def test_the_benchmark_harness_ingests_as_the_api_does(tmp_path, store, embedder
     present, doc_ids, missing = prepare("mmlongbench", tmp_path, store, None, False, embedder)
     assert len(present) == 1 and missing == 0
     doc_id = doc_ids["survey.pdf"]
-    health = branch_health.recorded(store, [doc_id])[doc_id]  # measured at the ingest's end
+    health = store.health.recorded([doc_id])[doc_id]  # measured at the ingest's end
     assert health.queries == QUERIES and health.sparse > 0.5 and health.dense > 0.5
