@@ -73,7 +73,7 @@ class ReadingConfig:
                 "with --answerer reader, reader_pages)"})
     reader_pages: int = field(default=8, metadata={"help": "pages the Doc-REFRAG reader reads (compressed, "
                                                            "the question's chunks expanded)"})
-    chars_per_page: int = field(default=1500, metadata={"help": "characters of each page the answer agent reads"})
+    chars_per_page: int = field(default=4000, metadata={"help": "characters of each page the answer agent reads"})
     rerank: bool = field(default=False, metadata={
         "help": "rerank the fused pages by page relevance (see reranker; eval --retrieval-only: one more row, "
                 "'reranked')"})
