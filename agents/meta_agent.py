@@ -26,8 +26,7 @@ from langchain_core.tools import BaseTool
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.llm import is_local_model
-from docrefrag.agents.planner import extract_intents
-from docrefrag.agents.tool_agent import find_pages, run_tool
+from docrefrag.agents.tool_agent import QUERY_KINDS, find_pages, first_rule, query_of, run_tool
 
 MAX_CHARS = 1200  # of rewritten instructions
 PROBE_TOP = 3  # a probe "finds" the evidence page when it is among the call's first pages
@@ -103,12 +102,9 @@ def measure(failure: Failure, tools: Sequence[BaseTool]) -> Diagnosis:
     """The diagnosis without a model: each search tool (SEARCH_TOOLS) probed with the question and with its
     key words (the planner's rules); the lesson names the probes whose first PROBE_TOP pages held the missed
     page, best rank first, or says that none did."""
-    plan = extract_intents(failure.question)
-    words: dict[str, str] = {}
-    for word in " ".join([*plan.entities, *plan.keywords]).split():
-        words.setdefault(word.lower(), word)  # each word once, as first spelled
-    queries = {failure.question: "the whole question"}
-    queries.setdefault(" ".join(words.values()) or failure.question, "the question's key words")
+    queries: dict[str, str] = {}
+    for kind in QUERY_KINDS:
+        queries.setdefault(query_of(kind, failure.question), kind)
     probes = []
     for tool in (t for t in tools if t.name in SEARCH_TOOLS):
         for query, kind in queries.items():
@@ -150,8 +146,8 @@ def rule_rewrite(instructions: str, diagnoses: Sequence[Diagnosis]) -> str:
     if not found:
         raise RewriteError("no measured probe found a missed page: no search to write as a rule")
     tool, kind = max(found, key=lambda k: (len(found[k]), -sum(found[k]) / len(found[k])))
-    first = (f"First call {tool} with {kind} as the query: on the questions missed before, that search ranked "
-             f"the answer's page in its first {PROBE_TOP}.")
+    first = first_rule(tool, kind, f"on the questions missed before, that search ranked the answer's page in its "
+                                   f"first {PROBE_TOP}.")
     lines = [line.strip() for line in instructions.splitlines() if line.strip()]
     rules = [_RULE.sub("", line, count=1) for line in lines if _RULE.match(line)]
     if rules and rules[0] == first:

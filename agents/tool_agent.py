@@ -13,6 +13,11 @@ already made (same tool, same arguments) ends the exploration: its result would 
 1.5B decoder, left alone, repeated its first search until the step budget ran out). A tool's own error
 (an unknown page, a bad node id) comes back as its result text, for the model to correct.
 
+A first rule written in the template form `first_rule` writes ("1. First call bm25_search with the whole
+question as the query: ...", what `docrefrag evolve --diagnosis rules` writes) is executed by the agent's
+code before the model's first reply, and the model sees it as its own first call: the 1.5B agent called
+`search_pages` whatever rule 1 named, so a rule it will not follow is followed for it (`ruled_call`).
+
 Pages: a tool result that is JSON names pages by objects with "page" (and "doc_id"); a call whose
 arguments name a page (read_page) opened it. A team's tool that finds pages returns JSON hits of that
 shape to take part. Pages are ranked by reciprocal rank summed over the calls that named them, an opened
@@ -34,6 +39,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 from pydantic import ValidationError
 
 from docrefrag.agents.endpoint import invoke_llm
+from docrefrag.agents.planner import extract_intents
 from docrefrag.indexes.fusion import RRF_K
 
 logger = logging.getLogger(__name__)
@@ -63,11 +69,12 @@ class Call:
     snippets: dict[tuple[str, int], str] = field(default_factory=dict)
     malformed: bool = False
     fallback: bool = False  # made by the agent's code (nothing found), not chosen by the model
+    ruled: bool = False  # made by the agent's code as the instructions' first rule says (`ruled_call`)
 
     def summary(self) -> dict:
         """The trace's record of the call."""
         return {"tool": self.tool, "args": self.args, "digest": self.digest[:300], "malformed": self.malformed,
-                "fallback": self.fallback, "pages": [list(p) for p in self.pages[:10]],
+                "fallback": self.fallback, "ruled": self.ruled, "pages": [list(p) for p in self.pages[:10]],
                 "opened": [list(p) for p in self.opened]}
 
 
@@ -243,6 +250,38 @@ def _observe(messages: list[BaseMessage], reply: BaseMessage, call_id: str | Non
         messages += [AIMessage(str(reply.content).strip()), HumanMessage(f"Result of {name or 'your reply'}:\n{text}")]
 
 
+QUERY_KINDS = ("the whole question", "the question's key words")
+_FIRST_RULE = re.compile(rf"^\s*1[.)]\s*First call (\w+) with ({'|'.join(QUERY_KINDS)}) as the query", re.MULTILINE)
+
+
+def first_rule(tool: str, kind: str, why: str) -> str:
+    """A first rule in the form `ruled_call` executes: which search to call first, with which query."""
+    return f"First call {tool} with {kind} as the query: {why}"
+
+
+def key_words(question: str) -> str:
+    """The question's entities and key words (the planner's rules), each word once as first spelled."""
+    plan = extract_intents(question)
+    words: dict[str, str] = {}
+    for word in " ".join([*plan.entities, *plan.keywords]).split():
+        words.setdefault(word.lower(), word)
+    return " ".join(words.values()) or question
+
+
+def query_of(kind: str, question: str) -> str:
+    """The query of a QUERY_KINDS kind for `question`."""
+    return question if kind == QUERY_KINDS[0] else key_words(question)
+
+
+def ruled_call(instructions: str, question: str, tools: dict[str, BaseTool]) -> tuple[str, dict] | None:
+    """The call the instructions' first rule prescribes, where it is written in `first_rule`'s form and names a
+    registered tool; None otherwise."""
+    m = _FIRST_RULE.search(instructions)
+    if m is None or m.group(1) not in tools:
+        return None
+    return m.group(1), {"query": query_of(m.group(2), question)}
+
+
 def find_pages(question: str, tools: Sequence[BaseTool], llm: BaseChatModel, instructions: str, steps: int,
             scope: Sequence[str] | None, context: str = "") -> Exploration:
     """Let the model call tools (at most `steps` calls) to find the pages that answer `question`."""
@@ -255,6 +294,13 @@ def find_pages(question: str, tools: Sequence[BaseTool], llm: BaseChatModel, ins
     ask = f"Question: {question}" + (f"\n{context}" if context else "")
     messages: list[BaseMessage] = [SystemMessage(system), HumanMessage(ask)]
     calls: list[Call] = []
+    ruled = ruled_call(instructions, question, by_name)
+    if ruled is not None:
+        name, args = ruled
+        call = run_tool(by_name[name], _check_args(by_name[name], _scoped(by_name[name], args, scope)))
+        call.ruled = True
+        calls.append(call)
+        _observe(messages, AIMessage(json.dumps({"name": name, "arguments": args})), None, name, call.digest)
     stopped, bad = "steps", 0
     while sum(not c.malformed for c in calls) < steps:
         reply, call_id, text = _reply(llm, bound, messages)

@@ -49,8 +49,9 @@ def test_agent_commands_show_set_use_and_history(report, no_instructions, tmp_pa
 
 
 def test_evolve_keeps_only_a_rewrite_that_raises_validation_recall(report, no_instructions, embedder, tmp_path):
-    """Four copies of the report's question over one document per split: the seed's agent searches a word
-    that misses the answer's page; the rewrite says to read page 4, and is kept as it finds the page."""
+    """Four copies of the report's question over one document per split: the seed (one with no first rule in
+    the template form, which the agent's code would execute) reads a page that misses the answer; the rewrite
+    says to read page 4, and is kept as it finds the page."""
     store_dir, doc_id = report
     qs = [Question(f"q{d}", "mmlongbench", f"doc{d}.pdf", "Northfield passengers?", "4812", "Int", (ANSWER_PAGE,), ())
           for d in range(4)]
@@ -62,6 +63,7 @@ def test_evolve_keeps_only_a_rewrite_that_raises_validation_recall(report, no_in
     # validation, training, the meta-agent, the candidate on validation, the test split unevolved and evolved
     llm, _ = scripted(miss, finish, miss, finish, *meta, hit, finish, miss, finish, hit, finish)
     with Store(store_dir) as store:
+        store.instructions.active("Find the page that answers the question with the tools.")  # stored as version 1
         report_ = evolve(store, HybridSearcher(store, embedder), llm, llm, qs, doc_ids, tmp_path, rounds=1, steps=2,
                          sample=1, probes=1, per_split=1)
         history = store.instructions.history()

@@ -11,7 +11,16 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import StructuredTool
 
-from docrefrag.agents.tool_agent import BadCall, find_pages, parse_call, rank_pages, run_tool, tool_use
+from docrefrag.agents.tool_agent import (
+    BadCall,
+    find_pages,
+    first_rule,
+    parse_call,
+    rank_pages,
+    ruled_call,
+    run_tool,
+    tool_use,
+)
 
 
 def hits_tool(pages: list[int], name: str = "lookup"):
@@ -92,6 +101,23 @@ def test_the_step_budget_bounds_the_calls_and_opened_pages_rank_first():
     assert found.stopped == "steps" and len(found.calls) == 2
     assert found.pages[0][:2] == ("a.pdf", 9)  # read: counted once more as a top hit
     assert rank_pages(found.calls, scope=["b.pdf"]) == []  # pages of other documents are dropped
+
+
+def test_a_first_rule_in_the_template_form_is_executed_before_the_model_replies():
+    tool, seen = hits_tool([4], name="bm25_search")
+    rules = f"Find pages.\n1. {first_rule('bm25_search', 'the whole question', 'it ranked them first.')}\n2. Finish."
+    assert ruled_call(rules, "How many buses ran?", {"bm25_search": tool}) == (
+        "bm25_search", {"query": "How many buses ran?"})
+    assert ruled_call(rules.replace("bm25_search", "grep"), "q", {"bm25_search": tool}) is None  # no such tool
+    assert ruled_call("1. Search first.", "q", {"bm25_search": tool}) is None
+    llm, prompts = scripted('{"name": "finish"}')
+    found = find_pages("How many buses ran?", [tool], llm, rules, steps=3, scope=["a.pdf"])
+    assert [c.ruled for c in found.calls] == [True] and found.stopped == "finish"
+    assert seen == [{"query": "How many buses ran?", "doc": "a.pdf"}] and found.pages[0][:2] == ("a.pdf", 4)
+    assert "Result of bm25_search" in prompts[-1]  # the model saw the call as its own
+    keywords = ruled_call(rules.replace("the whole question", "the question's key words"),
+                          "How many buses did Northfield run in 2019?", {"bm25_search": tool})
+    assert keywords == ("bm25_search", {"query": "Northfield 2019 buses run"})
 
 
 class ToolCallingModel(GenericFakeChatModel):
