@@ -34,7 +34,7 @@ from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.forms import cell_number, format_answer, lexical_support
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
-from docrefrag.core.chunking import box_overlap, chunk_box, region_words
+from docrefrag.core.chunking import box_overlap, chunk_box
 from docrefrag.indexes.bm25 import tokenize
 from docrefrag.indexes.page_table import ChunkRecord
 from docrefrag.indexes.store import Store
@@ -272,7 +272,7 @@ def read_with_reader(question: str, pages: list[PageText], store: Store, reader)
     tokens = store.pages.stacked_tokens([(p.doc_id, p.page) for p in pages])
     grid, k = math.isqrt(tokens.shape[1]), reader.config.k
     records = [store.pages.get(p.doc_id, p.page) for p in pages]
-    regions = [reader.region_ids(region_words(r.words, r.width, r.height, grid, k)) for r in records]
+    regions = reader.page_regions(records, grid)
     out = reader.answer(question, torch.from_numpy(tokens), regions=regions)
     cited = []
     for i, (p, record) in enumerate(zip(pages, records, strict=True)):

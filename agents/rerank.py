@@ -7,6 +7,7 @@ text as the chat answerer reads it (a text cross-encoder: slower, and only as go
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -33,7 +34,9 @@ def reader_reranker(reader: DocRefragReader, store: Store) -> Reranker:
     def score(question: str, pages: list[tuple[str, int]]) -> list[float]:
         if not pages:
             return []
-        return reader.relevance(question, torch.from_numpy(store.pages.stacked_tokens(pages)))
+        tokens = torch.from_numpy(store.pages.stacked_tokens(pages))
+        regions = reader.page_regions([store.pages.get(*key) for key in pages], math.isqrt(tokens.shape[1]))
+        return reader.relevance(question, tokens, regions)
 
     return score
 

@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,14 +112,16 @@ class DocRefrag(ModelWork, AgentWork):
         return self._encoder
 
     def reader(self, checkpoint: Path | str | None = None) -> DocRefragReader:
-        """The Doc-REFRAG reader (default: the checkpoint shipped in the package), loaded once."""
-        from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
+        """The Doc-REFRAG reader, loaded once. Default: the shipped checkpoint's selector over the agents'
+        decoder, words compression (`load_words_reader`: the one decoder of the process, training-free);
+        a `checkpoint`: that checkpoint as it was trained (its decoder, projector and LoRA)."""
+        from docrefrag.core.reader import load_reader, load_words_reader
 
-        path = Path(checkpoint) if checkpoint is not None else DEFAULT_CHECKPOINT
-        if path not in self._readers:
-            self._readers[path] = load_reader(path, embed_question=self.embedder.embed_queries,
-                                              encoder_id=self.encoder.encoder_id)
-        return self._readers[path]
+        if checkpoint not in self._readers:
+            load = load_words_reader if checkpoint is None else partial(load_reader, Path(checkpoint))
+            self._readers[checkpoint] = load(embed_question=self.embedder.embed_queries,
+                                             encoder_id=self.encoder.encoder_id)
+        return self._readers[checkpoint]
 
     def ingest(self, paths: Path | str | Iterable[Path | str], workers: int | None = None,
                show_progress: bool = False) -> list[IngestResult]:

@@ -33,6 +33,7 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 FILES = ("config.json", "reader.safetensors", "lora.safetensors")
 PARTS = ("norm", "projector", "selector")
+DECODER_FREE = ("norm", "selector")  # the parts a reader over another decoder (words compression) takes
 
 
 class CheckpointError(RuntimeError):
@@ -105,24 +106,32 @@ def checkpoint_reader_config(path: Path | str) -> ReaderConfig:
     return ReaderConfig(**read_checkpoint_config(path)["reader"])
 
 
-def load_checkpoint(reader, path: Path | str, encoder_id: str) -> dict:
-    """Load the checkpoint at `path` into `reader`; returns its config (with the stage record)."""
+def load_parts(reader, path: Path | str, encoder_id: str, parts: tuple[str, ...] = DECODER_FREE) -> dict:
+    """Load the checkpoint's `parts` into `reader` (default: those that read page tokens, not the
+    decoder's embeddings, which serve a reader over any decoder); returns its config."""
     config = read_checkpoint_config(path)
     if config["encoder_id"] != encoder_id:
         raise CheckpointError(f"reader checkpoint {path} was trained on pages from encoder {config['encoder_id']!r}, "
                               f"but this store's encoder is {encoder_id!r}; use a matching checkpoint or retrain")
+    weights = load_file(Path(path) / "reader.safetensors")
+    for part in parts:
+        prefix = f"{part}."
+        module = getattr(reader, part)
+        dtype = next(module.parameters()).dtype
+        module.load_state_dict({k[len(prefix):]: v.to(dtype) for k, v in weights.items() if k.startswith(prefix)})
+    return config
+
+
+def load_checkpoint(reader, path: Path | str, encoder_id: str) -> dict:
+    """Load the checkpoint at `path` into `reader`; returns its config (with the stage record)."""
+    config = read_checkpoint_config(path)
     if config["decoder_id"] != reader.decoder_id:
         raise CheckpointError(f"reader checkpoint {path} was trained for decoder {config['decoder_id']}, not this "
                               f"decoder ({reader.decoder_id}); load the decoder it was trained with or retrain")
     if ReaderConfig(**config["reader"]) != reader.config:
         raise CheckpointError(f"reader checkpoint {path} has ReaderConfig {config['reader']}, the reader was built "
                               f"with {asdict(reader.config)}; build it with checkpoint_reader_config(path)")
-    parts = load_file(Path(path) / "reader.safetensors")
-    for part in PARTS:
-        prefix = f"{part}."
-        module = getattr(reader, part)
-        dtype = next(module.parameters()).dtype
-        module.load_state_dict({k[len(prefix):]: v.to(dtype) for k, v in parts.items() if k.startswith(prefix)})
+    load_parts(reader, path, encoder_id, PARTS)
     lora = load_file(Path(path) / "lora.safetensors")
     params = dict(reader.decoder.named_parameters())
     if set(lora) != {n for n in params if "lora_" in n}:

@@ -65,16 +65,26 @@ def chunk_box(chunk: int, k: int, grid: int, width: float, height: float) -> tup
     return 0.0, r0 * ch, width, (r1 + 1) * ch  # the chunk wraps to the next row
 
 
-def region_words(words: Sequence[Word], width: float, height: float, grid: int, k: int) -> list[list[str]]:
-    """The words inside each of the page's L = grid*grid/k chunks, in reading order (the order of
-    `words`): a word belongs to the chunk whose cell holds its box's centre."""
+def region_word_indices(words: Sequence[Word], width: float, height: float, grid: int, k: int) -> list[list[int]]:
+    """The indices (into `words`, the page's reading order) of the words inside each of the page's
+    L = grid*grid/k chunks: a word belongs to the chunk whose cell holds its box's centre."""
     L = check_k(grid * grid, k)
-    regions: list[list[str]] = [[] for _ in range(L)]
-    for w in words:
+    regions: list[list[int]] = [[] for _ in range(L)]
+    for index, w in enumerate(words):
         col = min(max(int((w.x0 + w.x1) / 2 / width * grid), 0), grid - 1)
         row = min(max(int((w.y0 + w.y1) / 2 / height * grid), 0), grid - 1)
-        regions[(row * grid + col) // k].append(w.text)
+        regions[(row * grid + col) // k].append(index)
     return regions
+
+
+def region_words(words: Sequence[Word], width: float, height: float, grid: int, k: int) -> list[list[str]]:
+    """The words inside each of the page's chunks, in reading order (`region_word_indices`)."""
+    return [[words[i].text for i in region] for region in region_word_indices(words, width, height, grid, k)]
+
+
+def chunk_band(chunk: int, k: int, grid: int) -> int:
+    """The grid row of a chunk's first cell: chunks of one band cut the same lines of text."""
+    return chunk * k // grid
 
 
 def box_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GRID = 18  # cells per side of a page's layout grid: GRID**2 tokens per page
+COMPRESSIONS = ("projector", "words")  # how the reader gives the decoder a chunk it does not expand
 CHUNK_K = 3  # grid tokens per chunk, for reading and for retrieval: GRID**2 / CHUNK_K chunks per page
 
 
@@ -70,6 +71,10 @@ class ReaderConfig:
     lora_r: int = field(default=8, metadata={"help": "LoRA rank on the decoder's attention projections"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator"})
     max_new_tokens: int = field(default=24, metadata={"help": "greedy decoding bound of an answer"})
+    compression: str = field(default="projector", metadata={
+        "help": "projector: a chunk not expanded is its k tokens through the trained projector (a checkpoint "
+                "trained for its decoder); words: the mean of the decoder's own embeddings of its region's words, "
+                "training-free for any decoder, and a chunk without words is left out"})
     max_expanded_tokens: int = field(default=1536, metadata={
         "help": "decoder tokens that natively expanded chunks may take in all (chunks past it stay compressed)"})
 
@@ -78,6 +83,8 @@ class ReaderConfig:
             raise ValueError(f"k={self.k} must divide the 18x18 grid's rows; use k in {{2, 3, 6}}")
         if not 0.0 <= self.p <= 1.0:
             raise ValueError(f"p is a fraction of chunks in [0, 1], got {self.p}")
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression={self.compression!r} must be one of {COMPRESSIONS}")
         if self.max_expanded_tokens < 0:
             raise ValueError(f"max_expanded_tokens is a token count >= 0, got {self.max_expanded_tokens}")
         if self.selector_dim % self.selector_heads:

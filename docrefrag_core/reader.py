@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from docrefrag.core.chunking import region_words
+from docrefrag.core.chunking import chunk_band, region_word_indices
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.decoding import load_causal_lm, shared_weights_copy, token_steps
 from docrefrag.core.projector import ChunkProjector
@@ -47,6 +48,19 @@ QuestionEmbedder = Callable[[list[str]], np.ndarray]  # texts -> (n, question_di
 
 ANSWER_SUFFIX = "\nAnswer:"
 RERANK_SUFFIX = "\nDoes this page answer the question? Yes or No:"
+
+
+class RegionTokens(list):
+    """The decoder's token ids of the words in one chunk's region, in reading order, with `order`: per
+    token, the page reading index of its word. A chunk is k cells of one grid row, a third of a column's
+    width or less, so a line of text runs through several chunks: expanded chunks of one band merge
+    their tokens back into reading order by it (`DocRefragReader.build`)."""
+
+    def __init__(self, ids: list[int] = (), order: list[int] = ()) -> None:
+        super().__init__(ids)
+        if len(order) != len(self):
+            raise ValueError(f"{len(self)} token ids but {len(order)} reading positions")
+        self.order = list(order)
 
 
 @dataclass
@@ -120,15 +134,39 @@ class DocRefragReader(nn.Module):
                              f"k={self.config.k}, got {tuple(tokens.shape)}")
         return self.norm(tokens).reshape(n, m // self.config.k, self.config.k, d)  # (n, L, k, d)
 
-    def region_ids(self, regions: list[list[str]]) -> list[list[int]]:
-        """Per chunk of a page, the decoder's token ids of the words in its region (reading order)."""
-        ids = self.tokenizer([" " + " ".join(words) for words in regions], add_special_tokens=False)["input_ids"]
-        return [row if words else [] for row, words in zip(ids, regions, strict=True)]  # one batched call per page
+    def region_ids(self, words: list[str], regions: list[list[int]]) -> list[RegionTokens]:
+        """Per chunk of a page (`regions`: the indices into the page's `words`, in reading order, of the
+        words in each chunk), the decoder's token ids of those words, each word tokenised with its
+        leading space (one batched call per page), and their reading positions."""
+        ids = self.tokenizer([" " + w for w in words], add_special_tokens=False)["input_ids"] if words else []
+        return [RegionTokens([t for i in region for t in ids[i]], [i for i in region for _ in ids[i]])
+                for region in regions]
 
-    def page_regions(self, pages: list[Any], grid: int) -> list[list[list[int]]]:
+    def page_regions(self, pages: list[Any], grid: int) -> list[list[RegionTokens]]:
         """Per page (records with `.words`, `.width`, `.height`: a store's `PageRecord`, a `PageInput`),
         per chunk of its `grid x grid` layout: the token ids of the words in the chunk's region."""
-        return [self.region_ids(region_words(p.words, p.width, p.height, grid, self.config.k)) for p in pages]
+        return [self.region_ids([w.text for w in p.words],
+                                region_word_indices(p.words, p.width, p.height, grid, self.config.k)) for p in pages]
+
+    def present(self, regions: list[list[list[int]]]) -> torch.Tensor | None:
+        """(n, L) the chunks the decoder's input holds: with words compression, those with words (a
+        chunk without words is left out); None with the projector (every chunk)."""
+        if self.config.compression != "words":
+            return None
+        return torch.tensor([[bool(ids) for ids in page] for page in regions], dtype=torch.bool)
+
+    def compressed(self, chunks: torch.Tensor, regions: list[list[list[int]]]) -> torch.Tensor:
+        """(n, L, hidden): each chunk as one embedding, the projector's of its k tokens, or (words
+        compression) the mean of the decoder's embeddings of its region's words (zero without words)."""
+        if self.config.compression == "projector":
+            return self.projector(chunks)
+        table = self.decoder.get_input_embeddings()
+        out = torch.zeros(*chunks.shape[:2], table.embedding_dim, dtype=table.weight.dtype, device=chunks.device)
+        for i, page in enumerate(regions):
+            for j, ids in enumerate(page):
+                if ids:
+                    out[i, j] = table(torch.tensor(ids, device=chunks.device)).mean(0)
+        return out
 
     def native_mask(self, expand: torch.Tensor, regions: list[list[list[int]]]) -> torch.Tensor:
         """The selection (n, L) less the chunks without words and those past the expanded-token cap
@@ -147,28 +185,38 @@ class DocRefragReader(nn.Module):
               suffix: str) -> Sequence:
         """The decoder input for one question, the one build of every reading (answering, training
         rollouts and losses, reranking, evaluation, benchmarks): chunks (n, L, k, d), expand (n, L) bool,
-        regions (per page, per chunk: the token ids of the region's words, `region_ids`). A chosen chunk
-        is its region's token embeddings (`native_mask` drops the chunks without words and those past the
-        cap: they stay compressed); every other chunk is its one projected embedding."""
+        regions (per page, per chunk: the token ids of the region's words, `page_regions`). The chosen
+        chunks of one band (grid row) are their regions' token embeddings, merged in reading order
+        (`RegionTokens.order`: the lines they cut are whole again) at the place of the band's first
+        chosen chunk (`native_mask` drops the chunks without words and those past the cap: they stay
+        compressed); every other chunk is its one compressed embedding (`compressed`; with words
+        compression a chunk without words is left out)."""
         n, L = chunks.shape[:2]
         dev = chunks.device
         if len(regions) != n or any(len(r) != L for r in regions):
             raise ValueError(f"regions must hold {L} token-id lists for each of the {n} pages")
         expand = self.native_mask(expand.cpu(), regions)
-        comp = self.projector(chunks)  # (n, L, hidden)
+        present = self.present(regions)
+        comp = self.compressed(chunks, regions)  # (n, L, hidden)
         table = self.decoder.get_input_embeddings()
+        grid = math.isqrt(L * self.config.k)
         parts = [self.text_embeds(f"Question: {question}\n")]
         labels = [(-1, -1, -1)] * parts[0].shape[0]
         for i in range(n):
             sep = self.text_embeds(f"Page {i + 1}:")
             parts.append(sep)
             labels += [(-1, -1, -1)] * sep.shape[0]
+            merged: set[int] = set()  # the bands whose chosen chunks are in
             for j in range(L):
-                if expand[i, j]:
-                    ids = regions[i][j]
-                    parts.append(table(torch.tensor(ids, device=dev)).to(comp.dtype))  # (t_ij, hidden)
-                    labels += [(i, j, s) for s in range(len(ids))]
-                else:
+                band = chunk_band(j, self.config.k, grid)
+                if expand[i, j] and band not in merged:
+                    merged.add(band)
+                    tokens = sorted((_orders(regions[i][c])[s], c, s, t) for c in range(j, L)
+                                    if expand[i, c] and chunk_band(c, self.config.k, grid) == band
+                                    for s, t in enumerate(regions[i][c]))
+                    parts.append(table(torch.tensor([t for *_, t in tokens], device=dev)).to(comp.dtype))
+                    labels += [(i, c, s) for _, c, s, _ in tokens]  # (t_band, hidden)
+                elif not expand[i, j] and (present is None or present[i, j]):
                     parts.append(comp[i, j:j + 1])  # (1, hidden)
                     labels.append((i, j, -1))
         parts.append(self.text_embeds(suffix))
@@ -180,13 +228,17 @@ class DocRefragReader(nn.Module):
         device = self.norm.weight.device
         return torch.from_numpy(np.asarray(self.embed_question([question])[0], dtype=np.float32)).to(device)
 
-    def select(self, question: str, chunks: torch.Tensor, p: float, selector: Selector | None = None) -> torch.Tensor:
-        """(n, L) bool mask of the floor(p * n * L) chunks the selector expands."""
+    def select(self, question: str, chunks: torch.Tensor, p: float, selector: Selector | None = None,
+               present: torch.Tensor | None = None) -> torch.Tensor:
+        """(n, L) bool mask of the floor(p * N) chunks the selector expands, among the N chunks of the
+        decoder's input (`present`, (n, L) bool; None: all n * L)."""
         n, L = chunks.shape[:2]
-        chosen = (selector or self.selector).choose(self.question_vector(question),
-                                                    chunks.reshape(n * L, *chunks.shape[2:]), budget(p, n, L))
+        flat = chunks.reshape(n * L, *chunks.shape[2:])
+        among = (torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()).to(chunks.device)
+        chosen = (selector or self.selector).choose(self.question_vector(question), flat[among],
+                                                    budget(p, 1, among.numel()))
         mask = torch.zeros(n * L, dtype=torch.bool, device=chunks.device)
-        mask[chosen.to(chunks.device)] = True
+        mask[among[chosen.to(chunks.device)]] = True
         return mask.reshape(n, L)
 
     # ------------------------------------------------------------------ reading
@@ -199,7 +251,7 @@ class DocRefragReader(nn.Module):
         (`regions`, see `build`), and decode a short answer greedily."""
         start = time.perf_counter()
         chunks = self.chunks(tokens)
-        expand = self.select(question, chunks, self.config.p if p is None else p, selector)
+        expand = self.select(question, chunks, self.config.p if p is None else p, selector, self.present(regions))
         seq = self.build(question, chunks, expand, regions, ANSWER_SUFFIX)
         ids, ttft, tpot = self.decode(seq.embeds, max_new_tokens or self.config.max_new_tokens, start, stop)
         expanded = [(int(i), int(j)) for i, j in seq.expanded.nonzero().tolist()]
@@ -236,23 +288,32 @@ class DocRefragReader(nn.Module):
             n += 1
         return rows, ttft, (time.perf_counter() - t1) / max(n, 1)
 
-    def yes_logits(self, question: str, tokens: torch.Tensor) -> torch.Tensor:
-        """(n,) log-odds of "Yes" against "No" for each page read alone, compressed, in one batch."""
+    def yes_logits(self, question: str, tokens: torch.Tensor,
+                   regions: list[list[list[int]]] | None = None) -> torch.Tensor:
+        """(n,) log-odds of "Yes" against "No" for each page read alone, compressed, in one batch (one
+        forward per page with words compression, whose pages differ in length). `regions` (per page, see
+        `build`): what words compression compresses; the projector reads the tokens alone."""
         chunks = self.chunks(tokens)  # (n, L, k, d)
-        L = chunks.shape[1]
-        none, no_words = torch.zeros(1, L, dtype=torch.bool), [[[]] * L]
-        embeds = torch.stack([self.build(question, chunks[i:i + 1], none, no_words, RERANK_SUFFIX).embeds
-                              for i in range(chunks.shape[0])])  # (n, S, hidden): same length for every page
-        logits = self.decoder(inputs_embeds=embeds, logits_to_keep=1).logits[:, -1]  # (n, vocab)
+        n, L = chunks.shape[:2]
+        if regions is None:
+            if self.config.compression == "words":
+                raise ValueError("a reader with words compression reranks pages from their words: pass regions")
+            regions = [[[]] * L] * n
+        none = torch.zeros(1, L, dtype=torch.bool)
+        embeds = [self.build(question, chunks[i:i + 1], none, regions[i:i + 1], RERANK_SUFFIX).embeds for i in range(n)]
+        batches = [torch.stack(embeds)] if len({e.shape[0] for e in embeds}) == 1 else [e[None] for e in embeds]
+        logits = torch.cat([self.decoder(inputs_embeds=b, logits_to_keep=1).logits[:, -1] for b in batches])
         yes, no = self.yes_no
-        return logits[:, yes] - logits[:, no]
+        return logits[:, yes] - logits[:, no]  # (n,)
 
     @torch.no_grad()
-    def relevance(self, question: str, tokens: torch.Tensor, batch: int = 10) -> list[float]:
-        """P("Yes") of each page (n, m, d) for the question."""
-        scores = [torch.sigmoid(self.yes_logits(question, tokens[i:i + batch]))
+    def relevance(self, question: str, tokens: torch.Tensor, regions: list[list[list[int]]] | None = None,
+                  batch: int = 10) -> list[float]:
+        """P("Yes") of each page (n, m, d) for the question (`regions`: see `yes_logits`)."""
+        scores = [torch.sigmoid(self.yes_logits(question, tokens[i:i + batch],
+                                                None if regions is None else regions[i:i + batch]))
                   for i in range(0, tokens.shape[0], batch)]
-        return torch.cat(scores).tolist() if scores else []
+        return torch.cat(scores).float().tolist() if scores else []
 
     def answer_log_probs(self, embeds: torch.Tensor, target: str, eos: bool) -> torch.Tensor:
         """(t,) log-probabilities of the tokens of " " + `target` (and the end token with `eos`),
@@ -324,12 +385,7 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
         decoder = model_dir(READER_DECODER)
     else:
         decoder = chosen
-    if embed_question is None or encoder_id is None:
-        from docrefrag.core.page_encoder import default_encoder
-
-        encoder = default_encoder()
-        embed_question = embed_question or encoder.embedder.embed_queries
-        encoder_id = encoder_id or encoder.encoder_id
+    embed_question, encoder_id = _question_encoder(embed_question, encoder_id)
     model, tokenizer = load_decoder(decoder)
     config = (checkpoint_reader_config(checkpoint) if checkpoint is not None
               else ReaderConfig(hidden=model.get_input_embeddings().embedding_dim))
@@ -339,3 +395,49 @@ def load_reader(checkpoint: Path | str | None = DEFAULT_CHECKPOINT, decoder: Pat
         load_checkpoint(reader, checkpoint, encoder_id)
         reader.checkpoint_id = checkpoint_id(checkpoint)
     return reader
+
+
+def load_words_reader(checkpoint: Path | str = DEFAULT_CHECKPOINT, decoder: Path | str | None = None,
+                      embed_question: QuestionEmbedder | None = None, encoder_id: str | None = None
+                      ) -> DocRefragReader:
+    """The reader over any decoder, training-free (`ReaderConfig.compression = "words"`): the checkpoint's
+    selector and token norm (they read page tokens, not the decoder's embeddings) over the decoder at
+    `decoder` (default: the agents' decoder, `DEFAULT_DECODER`) in its own dtype, the process's one copy
+    that the chat model shares; no LoRA, and the projector is not read."""
+    from dataclasses import replace
+
+    from docrefrag.core.checkpoint import checkpoint_id, checkpoint_reader_config, load_parts
+    from docrefrag.core.weights import model_dir
+    from docrefrag.core.weights_registry import DEFAULT_DECODER
+
+    path = Path(decoder) if decoder is not None else model_dir(DEFAULT_DECODER)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no decoder at {path} (no config.json); run `docrefrag models fetch` or pass "
+                                f"the directory of a Hugging Face causal LM")
+    embed_question, encoder_id = _question_encoder(embed_question, encoder_id)
+    lm = load_causal_lm(path)
+    config = replace(checkpoint_reader_config(checkpoint), compression="words",
+                     hidden=lm.model.get_input_embeddings().embedding_dim)
+    reader = DocRefragReader(lm.model, lm.tokenizer, config, embed_question, lora=False).eval()
+    reader.decoder_path = str(path.resolve())
+    load_parts(reader, checkpoint, encoder_id)
+    reader.checkpoint_id = checkpoint_id(checkpoint)
+    return reader
+
+
+def _question_encoder(embed_question: QuestionEmbedder | None, encoder_id: str | None
+                      ) -> tuple[QuestionEmbedder, str]:
+    """The question embedder and page-encoder id a reader is loaded with (default: the page encoder's)."""
+    if embed_question is None or encoder_id is None:
+        from docrefrag.core.page_encoder import default_encoder
+
+        encoder = default_encoder()
+        embed_question = embed_question or encoder.embedder.embed_queries
+        encoder_id = encoder_id or encoder.encoder_id
+    return embed_question, encoder_id
+
+
+def _orders(ids: list[int]) -> list[int]:
+    """The reading positions of a region's tokens: its `RegionTokens.order`; a plain list of ids has
+    none (its tokens follow the chunk order)."""
+    return ids.order if isinstance(ids, RegionTokens) else [0] * len(ids)

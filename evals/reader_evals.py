@@ -300,12 +300,15 @@ def mmlongbench_sequences(data: Path, store_dir: Path, questions: int, noisy_pag
 
 def main(argv: list[str] | None = None) -> int:
     from docrefrag.core.page_encoder import default_encoder
-    from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_reader, load_words_reader
 
     parser = argparse.ArgumentParser(prog="python -m docrefrag.evals.reader_evals")
     parser.add_argument("what", choices=["reconstruction", "training-tasks", "selectors", "answer-loss", "recall",
                                          "compare", "full-text"])
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    parser.add_argument("--words", action="store_true",
+                        help="the checkpoint's selector over the agents' decoder, words compression (the reader "
+                             "`ask --answerer reader` reads with), not the checkpoint's own decoder and projector")
     parser.add_argument("--mmlongbench", type=Path, default=None,
                         help="selectors on this dev-set folder (with --store)")
     parser.add_argument("--store", type=Path, default=None)
@@ -332,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     encoder = default_encoder()
-    reader = load_reader(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
+    load = load_words_reader if args.words else load_reader
+    reader = load(args.checkpoint, embed_question=encoder.embedder.embed_queries, encoder_id=encoder.encoder_id)
     table = None
     if args.what == "reconstruction":
         rows = reconstruction(reader)

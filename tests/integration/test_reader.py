@@ -53,7 +53,14 @@ def native_regions(reader, n: int) -> tuple[list[list[list[str]]], list[list[lis
     """Words per chunk on n pages: every third chunk holds no words."""
     L = M // reader.config.k
     words = [[[] if j % 3 == 2 else [f"w{i}x{j}", "revenue", str(100 + j)] for j in range(L)] for i in range(n)]
-    return words, [reader.region_ids(page) for page in words]
+    return words, [page_ids(reader, page) for page in words]
+
+
+def page_ids(reader, chunks: list[list[str]]) -> list:
+    """`region_ids` of a page whose chunks hold these words, read in chunk order."""
+    starts = list(itertools.accumulate([0] + [len(words) for words in chunks]))
+    return reader.region_ids([w for words in chunks for w in words],
+                             [list(range(start, start + len(words))) for start, words in zip(starts[:-1], chunks, strict=True)])
 
 
 @pytest.mark.parametrize("k", [2, 3, 6])
@@ -70,8 +77,9 @@ def test_exactly_floor_p_n_l_chunks_are_chosen_and_those_with_words_expand_in_pl
     assert torch.equal(seq.expanded, expand & torch.tensor([[bool(r) for r in page] for page in regions]))
     text = int((seq.page < 0).sum())
     assert seq.embeds.shape == (text + n * L + sum(len(regions[i][j]) - 1 for i, j in seq.expanded.nonzero()), 32)
-    for i in range(n):  # chunks appear in raster order, each once
-        assert seq.chunk[seq.page == i].unique_consecutive().tolist() == list(range(L))
+    for i in range(n):  # every chunk appears; the compressed ones one each, in raster order
+        assert set(seq.chunk[seq.page == i].tolist()) == set(range(L))
+        assert seq.chunk[(seq.page == i) & (seq.slot < 0)].tolist() == [j for j in range(L) if not seq.expanded[i, j]]
 
 
 def test_full_and_compressed_modes_through_the_same_interface(tokenizer):
@@ -417,3 +425,70 @@ def test_recall_is_the_share_of_the_labelled_chunks_among_those_expanded(tokeniz
                   {"all": AllSelector(), "none": NoneSelector(), "one": FirstPageChunkOne()}, ps=(0.2,))
     assert {r["selector"]: r["recall"] for r in rows} == {"all": 1.0, "none": 0.0, "one": 0.75}
     assert all(r["examples"] == 2 and r["p"] == 0.2 for r in rows)
+
+
+def test_expanded_chunks_of_one_band_are_read_back_in_reading_order(tokenizer):
+    # k = 3 on a 6x6 grid: chunks 0 and 1 share the first row (band). Their words interleave on the page,
+    # as the left and right halves of the same lines do: "alpha" (chunk 0) "beta" (chunk 1) "gamma" (0) "delta" (1)
+    reader = tiny_reader(tokenizer, k=3)
+    chunks = reader.chunks(pages(1))
+    L = M // 3
+    text = ["alpha", "beta", "gamma", "delta"]
+    regions = [reader.region_ids(text, [[0, 2], [1, 3]] + [[] for _ in range(L - 2)])]
+    expand = torch.zeros(1, L, dtype=torch.bool)
+    expand[0, :2] = True
+    seq = reader.build("q", chunks, expand, regions, ANSWER_SUFFIX)
+    at = (seq.page == 0) & (seq.slot >= 0)
+    ids = seq.embeds[at] @ reader.decoder.get_input_embeddings().weight.T  # the nearest token of each embedding
+    assert tokenizer.decode(ids.argmax(-1)).split() == text
+    assert seq.chunk[at].tolist()[0] == 0 and set(seq.chunk[at].tolist()) == {0, 1}
+
+
+def test_words_compression_averages_the_regions_words_and_leaves_out_empty_chunks(tokenizer):
+    from dataclasses import replace
+
+    reader = tiny_reader(tokenizer, k=3)
+    reader.config = replace(reader.config, compression="words")
+    chunks = reader.chunks(pages(2))
+    L = M // 3
+    _, regions = native_regions(reader, 2)  # every third chunk has no words
+    present = reader.present(regions)
+    assert present.sum() == sum(bool(ids) for page in regions for ids in page)
+    expand = reader.select("revenue?", chunks, 0.2, present=present)
+    assert int(expand.sum()) == budget(0.2, 1, int(present.sum())) and not (expand & ~present).any()
+    seq = reader.build("revenue?", chunks, expand, regions, ANSWER_SUFFIX)
+    table = reader.decoder.get_input_embeddings().weight
+    for i, j in itertools.product(range(2), range(L)):
+        at = ((seq.page == i) & (seq.chunk == j)).nonzero().flatten()
+        if not regions[i][j]:
+            assert at.numel() == 0  # nothing to read: not in the input
+        elif not expand[i, j]:
+            assert at.numel() == 1
+            torch.testing.assert_close(seq.embeds[at[0]], table[torch.tensor(regions[i][j])].mean(0))
+    out = reader.answer("revenue?", pages(2), regions, max_new_tokens=3, stop=False)
+    assert out.input_tokens == seq.embeds.shape[0] and out.output_tokens == 3
+    scores = reader.relevance("revenue?", pages(2), regions)
+    assert len(scores) == 2 and all(0 < s < 1 for s in scores)
+    with pytest.raises(ValueError, match="pass regions"):
+        reader.relevance("revenue?", pages(2))
+
+
+def test_the_words_reader_takes_the_checkpoints_selector_over_another_decoder(tokenizer, tmp_path):
+    from docrefrag.core.checkpoint import read_checkpoint_config
+    from docrefrag.core.reader import DEFAULT_CHECKPOINT, load_words_reader
+
+    tiny_llama(tokenizer, seed=0).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    shipped = read_checkpoint_config(DEFAULT_CHECKPOINT)
+    reader = load_words_reader(DEFAULT_CHECKPOINT, tmp_path, embed_question=lambda texts: np.zeros((len(texts), 384)),
+                               encoder_id=shipped["encoder_id"])
+    assert reader.config.compression == "words" and reader.config.hidden == 32
+    assert not any("lora_" in name for name, _ in reader.decoder.named_parameters())
+    from safetensors.torch import load_file
+
+    saved = load_file(DEFAULT_CHECKPOINT / "reader.safetensors")
+    for name, value in reader.selector.state_dict().items():
+        torch.testing.assert_close(value, saved[f"selector.{name}"].float())
+    with pytest.raises(Exception, match="encoder"):
+        load_words_reader(DEFAULT_CHECKPOINT, tmp_path, embed_question=lambda texts: np.zeros((len(texts), 384)),
+                          encoder_id="another-encoder")
