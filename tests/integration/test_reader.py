@@ -59,8 +59,8 @@ def native_regions(reader, n: int) -> tuple[list[list[list[str]]], list[list[lis
 def page_ids(reader, chunks: list[list[str]]) -> list:
     """`region_ids` of a page whose chunks hold these words, read in chunk order."""
     starts = list(itertools.accumulate([0] + [len(words) for words in chunks]))
-    return reader.region_ids([w for words in chunks for w in words],
-                             [list(range(start, start + len(words))) for start, words in zip(starts[:-1], chunks, strict=True)])
+    spans = [list(range(start, start + len(words))) for start, words in zip(starts[:-1], chunks, strict=True)]
+    return reader.region_ids([w for words in chunks for w in words], spans)
 
 
 @pytest.mark.parametrize("k", [2, 3, 6])
