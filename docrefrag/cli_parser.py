@@ -24,7 +24,7 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 
 TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "em_weight",
                     "updates", "questions",
-                    "rerank_share", "init", "decoder", "device")
+                    "rerank_share", "init", "decoder", "compression", "device")
 
 
 def _config_args(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:

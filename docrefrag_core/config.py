@@ -10,6 +10,11 @@ COMPRESSIONS = ("projector", "words")  # how the reader gives the decoder a chun
 CHUNK_K = 3  # grid tokens per chunk, for reading and for retrieval: GRID**2 / CHUNK_K chunks per page
 
 
+def check_compression(compression: str) -> None:
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression={compression!r} must be one of {COMPRESSIONS}")
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """The layout-grid page encoder (see `page_encoder.LayoutGridEncoder`)."""
@@ -83,8 +88,7 @@ class ReaderConfig:
             raise ValueError(f"k={self.k} must divide the 18x18 grid's rows; use k in {{2, 3, 6}}")
         if not 0.0 <= self.p <= 1.0:
             raise ValueError(f"p is a fraction of chunks in [0, 1], got {self.p}")
-        if self.compression not in COMPRESSIONS:
-            raise ValueError(f"compression={self.compression!r} must be one of {COMPRESSIONS}")
+        check_compression(self.compression)
         if self.max_expanded_tokens < 0:
             raise ValueError(f"max_expanded_tokens is a token count >= 0, got {self.max_expanded_tokens}")
         if self.selector_dim % self.selector_heads:
@@ -155,6 +159,9 @@ class TrainConfig:
     examples: ExampleConfig = field(default_factory=ExampleConfig)
     decoder: Path | None = field(default=None, metadata={
         "help": "directory of the Hugging Face causal LM to read with (default: the cached SmolLM2-135M-Instruct)"})
+    compression: str = field(default="projector", metadata={
+        "help": "words: train the selector (warmstart, stage3) of the reader over `decoder` (default: the agents' "
+                "decoder) with words compression, the reader `ask --answerer reader` reads with"})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda or cuda:N (checked before any work)"})
     save_every: int = field(default=25, metadata={"help": "steps between resumable states"})
 
@@ -167,6 +174,7 @@ class TrainConfig:
                              f"curve_every={self.curve_every}")
         if self.updates < 1:
             raise ValueError(f"updates counts the selector updates per GRPO group (at least 1), got {self.updates}")
+        check_compression(self.compression)
         if self.questions < 0:
             raise ValueError(f"questions is a count of GRPO questions (0: a new one every step), got {self.questions}")
         if self.group < 2:

@@ -127,7 +127,7 @@ class Trainer:
     # -------------------------------------------------------------- the reader
 
     def reader(self, stage: str):
-        from docrefrag.core.reader import load_reader
+        from docrefrag.core.reader import load_reader, load_words_reader
 
         init = self.config.init or {"stage1": "none", "stage2": "stage1", "warmstart": "stage2",
                                     "stage3": "warmstart"}[stage]
@@ -135,8 +135,14 @@ class Trainer:
         if checkpoint is not None and not checkpoint.is_dir():
             raise FileNotFoundError(f"{stage} starts from {init}'s checkpoint, but {checkpoint} does not exist; "
                                     f"run `docrefrag train {init}` first (or pass --init none)")
-        reader = load_reader(checkpoint, self.config.decoder, embed_question=self.encoder.embedder.embed_queries,
-                             encoder_id=self.encoder.encoder_id).to(self.config.device)
+        load = load_reader
+        if self.config.compression == "words":
+            if stage not in ("warmstart", "stage3") or checkpoint is None:
+                raise ValueError(f"{stage} with words compression: only the selector trains over another decoder "
+                                 "(warmstart, stage3), from a checkpoint's selector")
+            load = load_words_reader
+        reader = load(checkpoint, self.config.decoder, embed_question=self.encoder.embedder.embed_queries,
+                      encoder_id=self.encoder.encoder_id).to(self.config.device)
         for name, p in reader.named_parameters():
             p.requires_grad_(is_trained_in(stage, name))
         prior = _read_config(checkpoint)["stages"] if checkpoint is not None else []
@@ -211,13 +217,15 @@ class Trainer:
         with torch.no_grad():
             chunks = reader.chunks(self.tokens(ex.pages))  # (n, L, k, d)
             n, L = chunks.shape[:2]
-            flat = chunks.reshape(n * L, *chunks.shape[2:])  # (N, k, d)
+            present = reader.present(self.regions(reader, ex.pages))  # the chunks the input holds (None: all)
+            among = torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()
+            flat = chunks.reshape(n * L, *chunks.shape[2:])[among.to(chunks.device)]  # (N, k, d)
             question = reader.question_vector(ex.prompt)
             logits, ref_logits = reader.selector(question, flat), reference(question, flat)  # (N,), (N,)
-            T = max(1, budget(rng.uniform(*cfg.p_range), n, L))
+            T = max(1, budget(rng.uniform(*cfg.p_range), 1, among.numel()))
             selections = [sample_selection(logits, T, generator) for _ in range(cfg.group)]
-            rewards = torch.tensor([self.rollout_reward(reader, ex, self.mask([divmod(int(c), L) for c in sel], n))
-                                    for sel in selections])  # (G,)
+            rewards = torch.tensor([self.rollout_reward(reader, ex, self.mask(
+                [divmod(int(among[c]), L) for c in sel], n)) for sel in selections])  # (G,)
             log_old = torch.stack([draw_log_probs(logits, s) for s in selections])  # (G, T)
             log_ref = torch.stack([draw_log_probs(ref_logits, s) for s in selections])  # (G, T)
         advantages = group_advantages(rewards).to(log_old.device)  # (G,)

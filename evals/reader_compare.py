@@ -56,15 +56,18 @@ SelectorFactory = Callable[[Reading], Selector]  # a reading -> the selector tha
 
 
 def checkpoint_selector(path: Path, reader) -> ChunkSelector:
-    """The selector of the reader checkpoint at `path` (its other parts are not read), for `reader`'s config."""
+    """The selector of the reader checkpoint at `path` (its other parts are not read), for `reader`'s pages and
+    questions (the same token and question dimensions; the decoder may differ)."""
     from safetensors.torch import load_file
 
     from docrefrag.core.checkpoint import checkpoint_reader_config
 
-    if checkpoint_reader_config(path) != reader.config:
-        raise ValueError(f"the selector checkpoint {path} has another ReaderConfig than the reader's checkpoint "
-                         f"({checkpoint_reader_config(path)} vs {reader.config}); pass checkpoints of one training run")
-    selector = ChunkSelector(reader.config)
+    config = checkpoint_reader_config(path)
+    if (config.token_dim, config.question_dim, config.k) != (reader.config.token_dim, reader.config.question_dim,
+                                                             reader.config.k):
+        raise ValueError(f"the selector checkpoint {path} reads other chunks than the reader ({config} vs "
+                         f"{reader.config}); pass checkpoints over the same page encoder and chunk size")
+    selector = ChunkSelector(config)
     parts = load_file(Path(path) / "reader.safetensors")
     selector.load_state_dict({k[len("selector."):]: v.float() for k, v in parts.items() if k.startswith("selector.")})
     return selector.eval().to(reader.norm.weight.device)

@@ -158,9 +158,9 @@ def test_full_text_reads_the_same_top_pages_as_the_reader_and_tables_both(tok):
     assert table[4].endswith("| 1.00x |")
 
 
-def test_a_selector_checkpoint_of_another_reader_config_is_refused_naming_both(tok):
+def test_a_selector_checkpoint_over_other_page_tokens_is_refused_naming_both(tok):
     from docrefrag.core.reader import DEFAULT_CHECKPOINT
     from docrefrag.evals.reader_compare import checkpoint_selector
 
-    with pytest.raises(ValueError, match="another ReaderConfig.*one training run"):
+    with pytest.raises(ValueError, match="reads other chunks than the reader.*same page encoder"):
         checkpoint_selector(DEFAULT_CHECKPOINT, tiny_reader(tok))

@@ -264,3 +264,25 @@ def test_a_group_of_rollouts_serves_updates_selector_steps_clipped_to_the_sampli
     trainer.fit("stage3", reader)
     assert len(rollouts) == trainer.config.group and len(ratios) == 3  # one reading, three updates
     assert ratios[0] == 0 and ratios[2] > 0  # the first update at the sampling policy, the later ones off it
+
+
+def test_grpo_with_words_compression_trains_the_selector_over_chunks_with_words(trainer, tiny_decoder, monkeypatch):
+    if not checkpoint_path(trainer.config, "warmstart").is_dir():
+        for stage in ("stage1", "stage2", "warmstart"):
+            trainer.run(stage, command="test")
+    monkeypatch.setattr(trainer, "config", dataclasses.replace(trainer.config, steps=1, compression="words"))
+    with pytest.raises(ValueError, match="only the selector trains"):
+        trainer.reader("stage2")
+    (trainer.config.out / "stage3" / "state.pt").unlink(missing_ok=True)
+    expanded = []
+    rollout = trainer.rollout_reward
+    monkeypatch.setattr(trainer, "rollout_reward", lambda reader, ex, expand: expanded.append(
+        (expand, reader.present(trainer.regions(reader, ex.pages)))) or rollout(reader, ex, expand))
+    reader, _ = trainer.reader("stage3")
+    assert reader.config.compression == "words" and not any("lora_" in n for n, _ in reader.named_parameters())
+    before = snapshot(reader)
+    trainer.fit("stage3", reader)
+    assert len(expanded) == trainer.config.group
+    assert all(expand.any() and not (expand & ~present).any() for expand, present in expanded)  # never a wordless chunk
+    changed = {n for n, p in snapshot(reader).items() if not torch.equal(before[n], p)}
+    assert changed and all(n.startswith("selector.") for n in changed)
