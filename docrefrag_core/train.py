@@ -268,6 +268,7 @@ class Trainer:
             record.update(group=cfg.group, updates=cfg.updates, questions=cfg.questions, clip_eps=cfg.clip_eps,
                           beta=cfg.beta, p_range=list(cfg.p_range),
                           reward=f"mean log-prob of the gold answer + {cfg.em_weight} x exact match",
+                          compression=cfg.compression, decoder=reader.decoder_path,  # None: the default
                           reward_curve=reward_curve(stage_dir(cfg, stage) / "log.jsonl", cfg.curve_every))
         return save_checkpoint(reader, checkpoint_path(cfg, stage), self.encoder.encoder_id, [*prior, record])
 
