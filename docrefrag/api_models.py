@@ -86,14 +86,19 @@ class ModelWork:
     def train_reader(stages: Sequence[str], config: TrainConfig, ship: bool = False,
                      show_progress: bool = False) -> Path:
         """Train the Doc-REFRAG reader's `stages` in order on the synthetic corpus (`docrefrag.core.train`);
-        returns the last checkpoint, also copied into the package as the default reader with `ship`."""
+        returns the last checkpoint, also copied into the package as the default reader with `ship` (with
+        words compression, only its selector and stage record: `checkpoint.graft_selector`)."""
         from docrefrag.core.reader import DEFAULT_CHECKPOINT
         from docrefrag.core.train import train
         from docrefrag.evals.score_mmlongbench import mmlongbench_score
         from docrefrag.indexes.corpus import CorpusIndex
 
         checkpoint = train(list(stages), config, CorpusIndex, mmlongbench_score, show_progress=show_progress)
-        if ship:  # copied beside it first: an interrupted copy leaves the old default in place
+        if ship and config.compression == "words":  # the selector joins the shipped projector and LoRA
+            from docrefrag.core.checkpoint import graft_selector
+
+            graft_selector(checkpoint, DEFAULT_CHECKPOINT)
+        elif ship:  # copied beside it first: an interrupted copy leaves the old default in place
             tmp = DEFAULT_CHECKPOINT.with_name(".reader.new")
             shutil.rmtree(tmp, ignore_errors=True)
             shutil.copytree(checkpoint, tmp)

@@ -41,19 +41,35 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(reader, path: Path | str, encoder_id: str, stages: list[dict]) -> Path:
-    path = Path(path)
+    parts = {f"{part}.{k}": v.detach().to(torch.float16).contiguous() for part in PARTS
+             for k, v in getattr(reader, part).state_dict().items()}
+    lora = {n: p.detach().to(torch.float16).contiguous() for n, p in reader.decoder.named_parameters() if "lora_" in n}
+    config = {"format": FORMAT, "reader": asdict(reader.config), "encoder_id": encoder_id,
+              "decoder_id": reader.decoder_id, "decoder_path": reader.decoder_path,  # None: the default decoder
+              "stages": stages}
+    return _write(Path(path), parts, lora, config)
+
+
+def graft_selector(source: Path | str, into: Path | str) -> Path:
+    """Give the checkpoint `into` the selector of `source` and `source`'s stage record: a selector trained
+    over another decoder (words compression reads no projector or LoRA) shipped beside the projector and
+    LoRA of `into`'s own decoder. Both must read the same page tokens with the same selector shape."""
+    theirs, ours = read_checkpoint_config(source), read_checkpoint_config(into)
+    shape = ("k", "token_dim", "question_dim", "selector_dim", "selector_heads", "selector_layers", "selector_ff")
+    if theirs["encoder_id"] != ours["encoder_id"] or any(theirs["reader"][f] != ours["reader"][f] for f in shape):
+        raise CheckpointError(f"the selector of {source} does not fit {into}: another page encoder or selector shape")
+    parts = load_file(Path(into) / "reader.safetensors")
+    parts.update({k: v for k, v in load_file(Path(source) / "reader.safetensors").items() if k.startswith("selector.")})
+    return _write(Path(into), parts, load_file(Path(into) / "lora.safetensors"), {**ours, "stages": theirs["stages"]})
+
+
+def _write(path: Path, parts: dict, lora: dict, config: dict) -> Path:
+    """A checkpoint directory written beside `path` and renamed into place (never half-written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        parts = {f"{part}.{k}": v.detach().to(torch.float16).contiguous() for part in PARTS
-                 for k, v in getattr(reader, part).state_dict().items()}
         save_file(parts, tmp / "reader.safetensors")
-        lora = {n: p.detach().to(torch.float16).contiguous() for n, p in reader.decoder.named_parameters()
-                if "lora_" in n}
         save_file(lora, tmp / "lora.safetensors")
-        config = {"format": FORMAT, "reader": asdict(reader.config), "encoder_id": encoder_id,
-                  "decoder_id": reader.decoder_id, "decoder_path": reader.decoder_path,  # None: the default decoder
-                  "stages": stages}
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         (tmp / MANIFEST).write_text(json.dumps({"files": {f: sha256_file(tmp / f) for f in FILES}}, indent=1))
         tmp.chmod(0o755)  # mkdtemp and safetensors create owner-only files; a checkpoint is shared data

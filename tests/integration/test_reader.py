@@ -492,3 +492,25 @@ def test_the_words_reader_takes_the_checkpoints_selector_over_another_decoder(to
     with pytest.raises(Exception, match="encoder"):
         load_words_reader(DEFAULT_CHECKPOINT, tmp_path, embed_question=lambda texts: np.zeros((len(texts), 384)),
                           encoder_id="another-encoder")
+
+
+def test_a_grafted_selector_joins_the_projector_and_lora_of_the_checkpoint_it_is_shipped_into(tokenizer, tmp_path):
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from docrefrag.core.checkpoint import CheckpointError, graft_selector, read_checkpoint_config, save_checkpoint
+
+    shipped, trained = tiny_reader(tokenizer, seed=0), tiny_reader(tokenizer, seed=1)
+    into = save_checkpoint(shipped, tmp_path / "shipped", "enc", [{"stage": "stage2"}])
+    source = save_checkpoint(trained, tmp_path / "trained", "enc", [{"stage": "warmstart"}, {"stage": "stage3"}])
+    graft_selector(source, into)
+    parts, theirs = (load_file(p / "reader.safetensors") for p in (into, source))
+    assert all(torch.equal(parts[k], theirs[k]) for k in parts if k.startswith("selector."))
+    assert all(torch.equal(parts[k], v.detach().half()) for k, v in
+               {f"projector.{n}": p for n, p in shipped.projector.state_dict().items()}.items())
+    assert [s["stage"] for s in read_checkpoint_config(into)["stages"]] == ["warmstart", "stage3"]
+    other = tiny_reader(tokenizer)
+    other.config = replace(other.config, selector_ff=64)
+    with pytest.raises(CheckpointError, match="does not fit"):
+        graft_selector(save_checkpoint(other, tmp_path / "other", "enc", []), into)
