@@ -353,11 +353,7 @@ def load_decoder(path: Path | str) -> tuple[nn.Module, Any]:
     download), through the process's one loader (`decoding.load_causal_lm`). The reader runs in
     float32 (its trained parts and their checkpoints are float32), so it shares the chat model's
     copy of a float32 decoder (SmolLM2) and loads a bfloat16 one (the Qwen decoders) apart."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no decoder at {path} (no config.json); run `docrefrag models fetch` or pass "
-                                f"the directory of a Hugging Face causal LM")
-    lm = load_causal_lm(path, dtype=torch.float32)
+    lm = load_causal_lm(_decoder_dir(path), dtype=torch.float32)
     return lm.model, lm.tokenizer
 
 
@@ -410,10 +406,7 @@ def load_words_reader(checkpoint: Path | str = DEFAULT_CHECKPOINT, decoder: Path
     from docrefrag.core.weights import model_dir
     from docrefrag.core.weights_registry import DEFAULT_DECODER
 
-    path = Path(decoder) if decoder is not None else model_dir(DEFAULT_DECODER)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no decoder at {path} (no config.json); run `docrefrag models fetch` or pass "
-                                f"the directory of a Hugging Face causal LM")
+    path = _decoder_dir(decoder if decoder is not None else model_dir(DEFAULT_DECODER))
     embed_question, encoder_id = _question_encoder(embed_question, encoder_id)
     lm = load_causal_lm(path)
     config = replace(checkpoint_reader_config(checkpoint), compression="words",
@@ -423,6 +416,15 @@ def load_words_reader(checkpoint: Path | str = DEFAULT_CHECKPOINT, decoder: Path
     load_parts(reader, checkpoint, encoder_id)
     reader.checkpoint_id = checkpoint_id(checkpoint)
     return reader
+
+
+def _decoder_dir(path: Path | str) -> Path:
+    """The directory of a Hugging Face causal LM, or a clear error naming what to do."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no decoder at {path} (no config.json); run `docrefrag models fetch` or pass "
+                                f"the directory of a Hugging Face causal LM")
+    return path
 
 
 def _question_encoder(embed_question: QuestionEmbedder | None, encoder_id: str | None
