@@ -125,7 +125,11 @@ def checkpoint_reader_config(path: Path | str) -> ReaderConfig:
 def load_parts(reader, path: Path | str, encoder_id: str, parts: tuple[str, ...] = DECODER_FREE) -> dict:
     """Load the checkpoint's `parts` into `reader` (default: those that read page tokens, not the
     decoder's embeddings, which serve a reader over any decoder); returns its config."""
-    config = read_checkpoint_config(path)
+    return _load_parts(reader, path, read_checkpoint_config(path), encoder_id, parts)
+
+
+def _load_parts(reader, path: Path | str, config: dict, encoder_id: str, parts: tuple[str, ...]) -> dict:
+    """`load_parts` with the checkpoint's config already read (and its files checked)."""
     if config["encoder_id"] != encoder_id:
         raise CheckpointError(f"reader checkpoint {path} was trained on pages from encoder {config['encoder_id']!r}, "
                               f"but this store's encoder is {encoder_id!r}; use a matching checkpoint or retrain")
@@ -147,7 +151,7 @@ def load_checkpoint(reader, path: Path | str, encoder_id: str) -> dict:
     if ReaderConfig(**config["reader"]) != reader.config:
         raise CheckpointError(f"reader checkpoint {path} has ReaderConfig {config['reader']}, the reader was built "
                               f"with {asdict(reader.config)}; build it with checkpoint_reader_config(path)")
-    load_parts(reader, path, encoder_id, PARTS)
+    _load_parts(reader, path, config, encoder_id, PARTS)
     lora = load_file(Path(path) / "lora.safetensors")
     params = dict(reader.decoder.named_parameters())
     if set(lora) != {n for n in params if "lora_" in n}:

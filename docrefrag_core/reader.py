@@ -23,6 +23,7 @@ answer (its mean token log-probability: the selector's GRPO reward, docs/decisio
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -211,8 +212,9 @@ class DocRefragReader(nn.Module):
                 band = chunk_band(j, self.config.k, grid)
                 if expand[i, j] and band not in merged:
                     merged.add(band)
-                    tokens = sorted((_orders(regions[i][c])[s], c, s, t) for c in range(j, L)
-                                    if expand[i, c] and chunk_band(c, self.config.k, grid) == band
+                    chunks_of_band = itertools.takewhile(lambda c, b=band: chunk_band(c, self.config.k, grid) == b,
+                                                         range(j, L))  # a band's chunks are consecutive
+                    tokens = sorted((_orders(regions[i][c])[s], c, s, t) for c in chunks_of_band if expand[i, c]
                                     for s, t in enumerate(regions[i][c]))
                     parts.append(table(torch.tensor([t for *_, t in tokens], device=dev)).to(comp.dtype))
                     labels += [(i, c, s) for _, c, s, _ in tokens]  # (t_band, hidden)
@@ -234,7 +236,7 @@ class DocRefragReader(nn.Module):
         decoder's input (`present`, (n, L) bool; None: all n * L)."""
         n, L = chunks.shape[:2]
         flat = chunks.reshape(n * L, *chunks.shape[2:])
-        among = (torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()).to(chunks.device)
+        among = candidates(present, n, L).to(chunks.device)
         chosen = (selector or self.selector).choose(self.question_vector(question), flat[among],
                                                     budget(p, 1, among.numel()))
         mask = torch.zeros(n * L, dtype=torch.bool, device=chunks.device)
@@ -437,6 +439,12 @@ def _question_encoder(embed_question: QuestionEmbedder | None, encoder_id: str |
         embed_question = embed_question or encoder.embedder.embed_queries
         encoder_id = encoder_id or encoder.encoder_id
     return embed_question, encoder_id
+
+
+def candidates(present: torch.Tensor | None, n: int, L: int) -> torch.Tensor:
+    """The flat indices (into n * L) of the chunks a selector chooses among: those of the decoder's input
+    (`DocRefragReader.present`; None: all)."""
+    return torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()
 
 
 def _orders(ids: list[int]) -> list[int]:

@@ -217,8 +217,10 @@ class Trainer:
         with torch.no_grad():
             chunks = reader.chunks(self.tokens(ex.pages))  # (n, L, k, d)
             n, L = chunks.shape[:2]
+            from docrefrag.core.reader import candidates
+
             present = reader.present(self.regions(reader, ex.pages))  # the chunks the input holds (None: all)
-            among = torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()
+            among = candidates(present, n, L)
             flat = chunks.reshape(n * L, *chunks.shape[2:])[among.to(chunks.device)]  # (N, k, d)
             question = reader.question_vector(ex.prompt)
             logits, ref_logits = reader.selector(question, flat), reference(question, flat)  # (N,), (N,)
