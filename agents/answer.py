@@ -322,8 +322,27 @@ def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
 
 
 def final_answer(question: str, reply: str) -> str:
-    """The answer of a one-line reply: lead-in and abstention phrasing settled, in the question's form."""
-    return format_answer(question, canonical(short_answer(reply)))
+    """The answer of a one-line reply: lead-in, restated question and abstention phrasing settled, in the
+    question's form."""
+    return format_answer(question, canonical(short_answer(unrestated(question, reply))))
+
+
+_RESTATED = re.compile(r"^(?P<lead>.{3,200}?)\s+(?:is|are|was|were)\s+(?P<rest>\S.*)$", re.IGNORECASE | re.DOTALL)
+
+
+def unrestated(question: str, reply: str) -> str:
+    """The reply's first sentence after a restatement of the question, which a decoder not told to be brief
+    writes ("The CAGR of television from 2012 to 2016 is 14.3%. It grew..." -> "14.3%."): where every word
+    before the reply's first is/are/was/were (stopwords aside, two at least) is a word of the question.
+    Otherwise the reply as written ("Paris is the capital" names no word of "What is the capital of France?"
+    first)."""
+    match = _RESTATED.match(reply.strip())
+    if not match:
+        return reply
+    lead = tokenize(match["lead"])
+    if len(lead) < 2 or not set(lead) <= set(tokenize(question)):
+        return reply
+    return re.split(r"(?<=[.!?])\s+", match["rest"].strip(), maxsplit=1)[0]
 
 
 def short_answer(reply: str) -> str:

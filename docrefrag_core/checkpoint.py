@@ -138,7 +138,12 @@ def _load_parts(reader, path: Path | str, config: dict, encoder_id: str, parts: 
         prefix = f"{part}."
         module = getattr(reader, part)
         dtype = next(module.parameters()).dtype
-        module.load_state_dict({k[len(prefix):]: v.to(dtype) for k, v in weights.items() if k.startswith(prefix)})
+        try:
+            module.load_state_dict({k[len(prefix):]: v.to(dtype) for k, v in weights.items() if k.startswith(prefix)})
+        except RuntimeError as e:  # e.g. a selector saved before its similarity prior
+            why = " ".join(str(e).split())[:300]
+            raise CheckpointError(f"the {part} of reader checkpoint {path} does not fit this version's reader ({why}); "
+                                  "retrain it (`docrefrag train`) or use the checkpoint this version ships") from e
     return config
 
 

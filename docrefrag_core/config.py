@@ -73,6 +73,8 @@ class ReaderConfig:
     selector_heads: int = field(default=8, metadata={"help": "attention heads of the selector"})
     selector_layers: int = field(default=2, metadata={"help": "transformer layers of the selector"})
     selector_ff: int = field(default=256, metadata={"help": "feed-forward width of the selector"})
+    selector_prior: float = field(default=10.0, metadata={
+        "help": "initial weight of the question similarity in the selector's logits (learned)"})
     lora_r: int = field(default=8, metadata={"help": "LoRA rank on the decoder's attention projections"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator"})
     max_new_tokens: int = field(default=24, metadata={"help": "greedy decoding bound of an answer"})

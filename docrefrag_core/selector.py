@@ -5,9 +5,13 @@ T = floor(p * n * L) chunks into their regions' words and keeps the rest compres
 
 - `ChunkSelector` (the learned policy): a 2-layer transformer encoder (d = 256, 8 heads) over the
   question embedding and one vector per chunk (the mean of its normalised tokens); a linear head
-  gives one logit per chunk. Inference takes the deterministic top-T; the warm start fits its softmax
-  to the chunk labels; GRPO samples T chunks without replacement (Gumbel top-k, i.e. Plackett-Luce)
-  and scores each draw's log-probability (docs/decisions/selector.md).
+  gives one logit per chunk, added to a learned multiple of the chunk's question similarity (the
+  similarity baseline's score, `question_similarity`). The head starts at zero, so the untrained
+  policy is similarity, which reads pages of every kind, and training learns what to add (without
+  it the selector learned the training generator's pages and fell below similarity on real PDFs:
+  docs/decisions/selector.md). Inference takes the deterministic top-T; the warm start fits its
+  softmax to the chunk labels; GRPO samples T chunks without replacement (Gumbel top-k, i.e.
+  Plackett-Luce) and scores each draw's log-probability.
 - `RandomSelector`, `SimilaritySelector` (question-token cosine over the fine tokens, the costly
   oracle), `NoneSelector` (all compressed) and `AllSelector` (all expanded).
 """
@@ -45,6 +49,10 @@ class ChunkSelector(nn.Module):
                                            batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, config.selector_layers, enable_nested_tensor=False)
         self.head = nn.Linear(d, 1)
+        nn.init.zeros_(self.head.weight)  # untrained, the policy is the similarity baseline
+        nn.init.zeros_(self.head.bias)
+        self.text_dim = config.question_dim  # a token's text part shares the question's embedding space
+        self.prior = nn.Parameter(torch.tensor(config.selector_prior))  # logits per unit of similarity
 
     def forward(self, question: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
         """question (question_dim,), chunks (N, k, d) -> logits (N,)."""
@@ -54,7 +62,7 @@ class ChunkSelector(nn.Module):
         q = self.question_in(question)[None, None]  # (1, 1, d_sel)
         c = self.chunk_in(chunks.mean(dim=1))[None]  # (1, N, d_sel)
         h = self.encoder(torch.cat([q, c], dim=1))  # (1, 1+N, d_sel)
-        return self.head(h[0, 1:]).squeeze(-1)  # (N,)
+        return self.head(h[0, 1:]).squeeze(-1) + self.prior * question_similarity(question, chunks, self.text_dim)
 
     @torch.no_grad()
     def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
@@ -100,17 +108,22 @@ class RandomSelector:
         return top_t(torch.rand(chunks.shape[0], generator=self.generator), T)
 
 
+def question_similarity(question: torch.Tensor, chunks: torch.Tensor, text_dim: int) -> torch.Tensor:
+    """(N,) the best cosine between the question and any of a chunk's fine tokens' text part (the
+    question embedding and the text states share the embedder's space)."""
+    text = nn.functional.normalize(chunks[..., :text_dim], dim=-1)  # (N, k, text_dim)
+    q = nn.functional.normalize(question[:text_dim], dim=0)  # (text_dim,)
+    return (text @ q).amax(dim=1)  # (N, k) -> (N,)
+
+
 class SimilaritySelector:
-    """Score a chunk by the best cosine between the question and any of its fine tokens' text part
-    (the question embedding and the text states share the embedder's space)."""
+    """Score a chunk by its question similarity alone."""
 
     def __init__(self, text_dim: int) -> None:
         self.text_dim = text_dim
 
     def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
-        text = nn.functional.normalize(chunks[..., : self.text_dim], dim=-1)  # (N, k, text_dim)
-        q = nn.functional.normalize(question[: self.text_dim], dim=0)  # (text_dim,)
-        return top_t((text @ q).amax(dim=1), T)  # (N, k) -> (N,)
+        return top_t(question_similarity(question, chunks, self.text_dim), T)
 
 
 class NoneSelector:

@@ -121,6 +121,22 @@ def test_a_refinement_that_echoes_the_question_searches_its_intents(dr):
     assert any(q["sparse"].startswith(QUESTION) for q in second["queries"])  # the question is still searched
 
 
+def test_a_reply_that_restates_the_question_is_read_as_what_follows_it():
+    from docrefrag.agents.answer import final_answer
+
+    assert final_answer("What is the CAGR of television from 2012 to 2016?",
+                        "The CAGR of television from 2012 to 2016 is 14.3%. It grew fast.") == "14.3%"
+    assert final_answer("Which individual lead this program?",
+                        "The individual who lead this program is Allison Crimmins. She is the director.") == \
+        "Allison Crimmins"
+    assert final_answer("what's the topic of UNIT 14?", 'The topic of UNIT 14 is "Using Financial Information".') == \
+        "Using Financial Information"
+    for question, reply in [("What is the capital of France?", "Paris is the capital of France."),
+                            ("Who leads the program?", "Allison Crimmins"),
+                            ("What is the growth?", "Revenue growth was 4%.")]:  # "revenue" is no word of the question
+        assert final_answer(question, reply) == reply
+
+
 def test_short_answer_drops_the_lead_in_and_the_closing_full_stop():
     from docrefrag.agents.answer import short_answer
     from docrefrag.evals.score_mmlongbench import mmlongbench_score

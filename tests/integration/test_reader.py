@@ -5,7 +5,9 @@ one interface."""
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -41,8 +43,8 @@ def tiny_reader(tokenizer, k: int = 3, p: float = 0.2, seed: int = 0) -> DocRefr
     decoder = tiny_llama(tokenizer, seed=seed, max_position_embeddings=2048).eval()
     config = ReaderConfig(k=k, p=p, token_dim=D, question_dim=Q, hidden=32, projector_hidden=48,
                           selector_dim=32, selector_heads=8, selector_ff=32, lora_r=4, lora_alpha=8)
-    rng = np.random.default_rng(seed)
-    return DocRefragReader(decoder, tokenizer, config, lambda texts: rng.standard_normal((len(texts), Q)))
+    return DocRefragReader(decoder, tokenizer, config, lambda texts: np.stack(  # one vector per text, as an embedder
+        [np.random.default_rng([seed, zlib.crc32(t.encode())]).standard_normal(Q) for t in texts]))
 
 
 def pages(n: int, seed: int = 1) -> torch.Tensor:
@@ -105,6 +107,32 @@ def test_similarity_selector_picks_the_chunk_that_holds_the_question(tokenizer):
     tokens[0, :, :] += 0.01 * torch.randn(M, D)
     chosen = SimilaritySelector(text_dim=D).choose(question, tokens.reshape(M // 3, 3, D), 1)
     assert chosen.tolist() == [2]
+
+
+def test_an_untrained_selector_ranks_chunks_by_question_similarity_and_learns_from_there(tokenizer):
+    reader = tiny_reader(tokenizer)
+    chunks = reader.chunks(pages(2)).reshape(-1, 3, D)
+    question = reader.question_vector("What is the value?")
+    for T in (1, 4, 9):
+        assert torch.equal(reader.selector.choose(question, chunks, T),
+                           SimilaritySelector(text_dim=Q).choose(question, chunks, T))
+    assert reader.selector.prior in reader.trainable()["selector"]
+
+
+def test_a_checkpoint_whose_selector_does_not_fit_is_refused_with_what_to_do(tokenizer, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from docrefrag.core.checkpoint import MANIFEST, CheckpointError, load_parts, save_checkpoint
+    from docrefrag.core.weights_verify import sha256_file
+
+    path = save_checkpoint(tiny_reader(tokenizer), tmp_path / "old", "enc", [])
+    parts = {k: v for k, v in load_file(path / "reader.safetensors").items() if k != "selector.prior"}
+    save_file(parts, path / "reader.safetensors")  # as saved before the selector had its similarity prior
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest["files"]["reader.safetensors"] = sha256_file(path / "reader.safetensors")
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="selector.*does not fit.*retrain"):
+        load_parts(tiny_reader(tokenizer), path, "enc")
 
 
 def test_answer_decodes_greedily_within_the_bound_and_reports_its_expansions(tokenizer):
@@ -174,6 +202,7 @@ def test_gradients_reach_projector_selector_and_lora(tokenizer):
     for name, p in reader.decoder.named_parameters():
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.02)
+    torch.nn.init.normal_(reader.selector.head.weight, std=0.02)  # zero at first too: the policy starts as similarity
     expand = reader.select("q", chunks, 0.3)
     assert expand.any()
     _, regions = native_regions(reader, 2)
