@@ -64,7 +64,8 @@ class ReaderConfig:
     """The Doc-REFRAG reader: chunk compression, selective expansion, decoder with LoRA."""
 
     k: int = field(default=CHUNK_K, metadata={"help": "grid tokens per chunk (2, 3 or 6 divide the 324 tokens)"})
-    p: float = field(default=0.2, metadata={"help": "fraction of all chunks expanded to their k tokens"})
+    p: float = field(default=0.3, metadata={"help": "fraction of the chunks read that are expanded into their words "
+                                                "(0.3: the reader against full text, docs/decisions/selector.md)"})
     token_dim: int = field(default=412, metadata={"help": "dimension of a page token (the encoder's dim)"})
     question_dim: int = field(default=384, metadata={"help": "dimension of the question embedding"})
     hidden: int = field(default=576, metadata={"help": "the decoder's hidden size"})
