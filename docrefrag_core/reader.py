@@ -41,7 +41,7 @@ from docrefrag.core.chunking import chunk_band, region_word_indices
 from docrefrag.core.config import ReaderConfig
 from docrefrag.core.decoding import load_causal_lm, shared_weights_copy, token_steps
 from docrefrag.core.projector import ChunkProjector
-from docrefrag.core.selector import ChunkSelector, Selector, budget
+from docrefrag.core.selector import ChunkSelector, Selector, budget, candidates
 
 logger = logging.getLogger(__name__)
 
@@ -439,12 +439,6 @@ def _question_encoder(embed_question: QuestionEmbedder | None, encoder_id: str |
         embed_question = embed_question or encoder.embedder.embed_queries
         encoder_id = encoder_id or encoder.encoder_id
     return embed_question, encoder_id
-
-
-def candidates(present: torch.Tensor | None, n: int, L: int) -> torch.Tensor:
-    """The flat indices (into n * L) of the chunks a selector chooses among: those of the decoder's input
-    (`DocRefragReader.present`; None: all)."""
-    return torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()
 
 
 def _orders(ids: list[int]) -> list[int]:

@@ -32,6 +32,12 @@ def budget(p: float, n_pages: int, chunks_per_page: int) -> int:
     return int(math.floor(p * n_pages * chunks_per_page + 1e-9))
 
 
+def candidates(present: torch.Tensor | None, n: int, L: int) -> torch.Tensor:
+    """The flat indices (into n * L) of the chunks a selector chooses among: those of the decoder's input
+    (`DocRefragReader.present`; None: all)."""
+    return torch.arange(n * L) if present is None else present.flatten().nonzero().flatten()
+
+
 class Selector(Protocol):
     def choose(self, question: torch.Tensor, chunks: torch.Tensor, T: int) -> torch.Tensor:
         """question (question_dim,), chunks (N, k, d) normalised tokens -> sorted indices (T,) of the

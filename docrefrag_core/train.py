@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 from docrefrag.core.config import TrainConfig
 from docrefrag.core.grpo import group_advantages, grpo_loss
 from docrefrag.core.longrag import PageSearch
-from docrefrag.core.selector import budget, draw_log_probs, sample_selection
+from docrefrag.core.selector import budget, candidates, draw_log_probs, sample_selection
 from docrefrag.core.train_data import Corpus, Example, ExampleSampler, build_corpus
 
 logger = logging.getLogger(__name__)
@@ -217,8 +217,6 @@ class Trainer:
         with torch.no_grad():
             chunks = reader.chunks(self.tokens(ex.pages))  # (n, L, k, d)
             n, L = chunks.shape[:2]
-            from docrefrag.core.reader import candidates
-
             present = reader.present(self.regions(reader, ex.pages))  # the chunks the input holds (None: all)
             among = candidates(present, n, L)
             flat = chunks.reshape(n * L, *chunks.shape[2:])[among.to(chunks.device)]  # (N, k, d)
