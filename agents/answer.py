@@ -169,11 +169,16 @@ _SUPERLATIVE = re.compile(r"\b(?:highest|lowest|largest|smallest|greatest|bigges
 
 
 def _named_columns(header: list[str], terms: set[str]) -> list[int]:
-    """The columns (past the first, the rows' labels) whose name shares a word with the question; those
-    sharing a word that is not a number when there are any (a table's year is often every column's)."""
+    """The columns (past the first, the rows' labels) the question names: of those sharing a word with it
+    that is not a number (a table's year is often every column's), the ones whose name it states most
+    fully, by the share of the name's words it holds ("operating margin" names "Margin (%)" fully and
+    "Operating costs 2025 (EUR thousand)" in part); else those sharing a number."""
     shared = {k: terms & set(tokenize(header[k])) for k in range(1, len(header))}
-    worded = [k for k, words in shared.items() if any(not w.isdigit() for w in words)]
-    return worded or [k for k, words in shared.items() if words]
+    worded = {k: len(words) / len(set(tokenize(header[k]))) for k, words in shared.items()
+              if any(not w.isdigit() for w in words)}
+    if worded:
+        return [k for k, share in worded.items() if share == max(worded.values())]
+    return [k for k, words in shared.items() if words]
 
 
 def _extremes(name: str, data: list[list[str]], k: int) -> str:

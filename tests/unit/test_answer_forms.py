@@ -106,6 +106,18 @@ def test_a_question_for_the_highest_or_lowest_gets_its_columns_extremes_in_words
     assert "Highest" not in table_view(table, "What was the margin of North?")  # no extreme asked for
 
 
+def test_the_column_a_question_names_is_the_one_whose_name_it_states_most_fully():
+    table = ("|Region|operating costs 2025 (EUR thousand)|Margin (%)|\n|---|---|---|\n"
+             "|Hartdale|8,705|16.5|\n|Ashgate|16,601|13.2|\n|Oakmere|21,155|8.4|")
+    view = table_view(table, "Which region had the highest operating margin in 2025?")
+    assert "Highest Margin (%): Hartdale (16.5)." in view and "Highest operating costs" not in view
+    view = table_view(table, "Which region had the highest operating costs in 2025?")
+    assert "Highest operating costs 2025 (EUR thousand): Oakmere (21,155)." in view and "Highest Margin" not in view
+    revenue = "|Region|revenue 2024|revenue 2025|\n|---|---|---|\n|Nordic|4,100|4,812|\n|Iberia|3,900|2,700|"
+    view = table_view(revenue, "What was the Nordic revenue in 2025?")
+    assert view.endswith("Nordic, revenue 2025: 4,812.") and "Nordic, revenue 2024" not in view
+
+
 def test_the_cell_at_the_row_and_column_a_question_names_is_said_on_its_own():
     table = "|Unit|2019|2020|\n|---|---|---|\n|Redton|44,691|90,629|\n|Cormere|62,872|71,415|"
     view = table_view(table, "What was the headcount of the Cormere unit in 2019?")
