@@ -9,7 +9,8 @@ Reading is query-focused: each table row is written with its cells' column names
 and a column the question names is said on its own line, and for a question after the highest or the
 lowest, the named columns' extremes are said in words (`table_view`: a small model misreads "the 2019
 column" and "the lowest of four values"); a numbered list is read as its item of the rank a question asks
-for ("Third step of the ...: ...", `ranked_items`); a page that fits the per-page budget
+for ("Third step of the ...: ...", `ranked_items`); bulleted items indented by a few spaces are written at
+the margin, one list level (`even_bullets`); a page that fits the per-page budget
 is read whole, a longer one is cut to its passages (sentences, table rows, list items) that share
 the most of the question's rarer terms (`focused`), kept in page order. The answer is written in
 the form the question asks for (agents/forms.py), then located on the pages read: the citation is
@@ -64,7 +65,7 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     """The text of each (doc_id, page) as the answer agent reads it (see the module docstring)."""
     out = []
     for doc_id, page in pages:
-        text = ranked_items(table_view(store.pages.markdown(doc_id, page), question), question)
+        text = ranked_items(table_view(even_bullets(store.pages.markdown(doc_id, page)), question), question)
         if len(text) > chars_per_page:
             text = focused(text, question, chars_per_page)
         out.append(PageText(doc_id, page, text, store.pages.regions(doc_id, page)))
@@ -110,6 +111,16 @@ def page_passages(text: str) -> list[str]:
 
 def _sentences(text: str) -> list[str]:
     return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\"(])", text) if s.strip()]
+
+
+_INDENTED_BULLET = re.compile(r"(?m)^ {1,3}([-*+] )")
+
+
+def even_bullets(markdown: str) -> str:
+    """Bulleted items indented by one to three spaces written at the margin, as markdown reads them (one
+    level). The text layer indents the items of one list by 1-3 spaces at random, and the small model
+    left out an item indented by two among items indented by one ("  - Uruguay" before " - Romania")."""
+    return _INDENTED_BULLET.sub(r"\1", markdown)
 
 
 def table_view(markdown: str, question: str = "") -> str:

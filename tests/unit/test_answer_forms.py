@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from docrefrag.agents.answer import PageText, cite, echoes, focused, ranked_items, table_view
+from docrefrag.agents.answer import PageText, cite, echoes, even_bullets, focused, ranked_items, table_view
 from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
@@ -173,3 +173,10 @@ def test_an_answer_that_only_repeats_the_question_is_no_answer():
     assert not echoes("Who is the chief data officer of Norworth Group?", "Greta Svensson")
     assert not echoes("Which is greater, Instagram users or Appota fans?", "Appota")  # a choice is offered
     assert not echoes("Who is the head of the group?", "the")  # no word to compare
+
+
+def test_bulleted_items_indented_by_a_few_spaces_are_written_at_the_margin():
+    markdown = ("Priority markets for 2020:\n  - Uruguay\n  - Kenya\n - Romania\n* Poland\n    - a nested item\n"
+                "Text - not a list.")
+    assert even_bullets(markdown) == ("Priority markets for 2020:\n- Uruguay\n- Kenya\n- Romania\n* Poland\n"
+                                      "    - a nested item\nText - not a list.")
