@@ -188,9 +188,10 @@ def _named_columns(header: list[str], terms: set[str]) -> list[int]:
     shared = {k: terms & set(tokenize(header[k])) for k in range(1, len(header))}
     worded = {k: len(words) / len(set(tokenize(header[k]))) for k, words in shared.items()
               if any(not w.isdigit() for w in words)}
-    if worded:
-        return [k for k, share in worded.items() if share == max(worded.values())]
-    return [k for k, words in shared.items() if words]
+    if not worded:
+        return [k for k, words in shared.items() if words]
+    best = max(worded.values())
+    return [k for k, share in worded.items() if share == best]
 
 
 def _extremes(name: str, data: list[list[str]], k: int) -> str:
