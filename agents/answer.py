@@ -1,7 +1,8 @@
 """The answer agent: read the top pages, answer briefly, cite page and region.
 
 Two readers: a chat model over the pages' text, one page at a time in rank order until a page yields
-an answer (`answer_question`, the default), and the Doc-REFRAG reader (`read_with_reader`), which reads
+an answer that the page's passages on the question, read alone, also yield (`answer_question`, the
+default), and the Doc-REFRAG reader (`read_with_reader`), which reads
 the pages' stored tokens as compressed chunks with the question's chunks expanded into the decoder's own
 tokens of their regions' words, and cites the expanded chunk that holds most of the answer's words.
 
@@ -24,7 +25,7 @@ import logging
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from langchain_core.language_models import BaseChatModel
@@ -48,6 +49,7 @@ _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the docum
 
 
 SHORT_WORDS = 3
+CONFIRM_CHARS = 1000  # a longer page's answer is confirmed on its question passages of this size (`confirmed`)
 _ABBREVIATIONS = frozenset("inc ltd co corp plc jr sr st etc vs no dept".split())  # their full stop is part of the word
 _ENUMERATION = re.compile(r"^(?:[-*\u2022]|\d{1,2}[.)])\s+(?=\S)")
 _LEAD_IN = re.compile(r"^(?:the\s+)?(?:short\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*", re.I)
@@ -257,19 +259,48 @@ def answer_question(question: str, prompts_pages: list[list[PageText]],
                     llm: BaseChatModel) -> tuple[str, int, list[list[PageText]]]:
     """(short answer, output tokens, the prompts read): each prompt's pages (`prompts_pages`: one page per
     prompt in the default pages mode, every gathered element in one prompt in the evidence-graph mode) read
-    in order until one yields an answer that is no abstention and no echo of the question; the answer was
-    read from the last prompt read. A small model reads one page better than three: given three, it takes
-    a row of another page's table, the lowest of the wrong column, or a neighbouring role's holder for a
-    role no page names; and most answers are on the first page, which is then the only prefill."""
+    in order until one yields an answer that is no abstention and no echo of the question, and that a page
+    read alone confirms (`confirmed`); the answer was read from the last prompt read. A small model reads
+    one page better than three: given three, it takes a row of another page's table, the lowest of the
+    wrong column, or a neighbouring role's holder for a role no page names; and most answers are on the
+    first page, which is then the only prefill."""
     tokens = 0
     for i, pages in enumerate(prompts_pages):
-        reply = invoke_llm(llm, answer_messages(question, pages), stop=["\n"])
-        text = str(reply.content).strip()
-        tokens += int((getattr(reply, "usage_metadata", None) or {}).get("output_tokens", 0))
-        answer = final_answer(question, text.splitlines()[0] if text else "")
-        if not is_unanswerable(answer) and not echoes(question, answer):
-            return answer, tokens, prompts_pages[:i + 1]
+        answer, used = _reply(question, pages, llm)
+        tokens += used
+        if answered(question, answer):
+            confirm, used = confirmed(question, pages, llm)
+            tokens += used
+            if confirm:
+                return answer, tokens, prompts_pages[:i + 1]
     return NOT_ANSWERABLE, tokens, prompts_pages
+
+
+def _reply(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[str, int]:
+    """(short answer, output tokens) of the answer prompt over `pages`."""
+    reply = invoke_llm(llm, answer_messages(question, pages), stop=["\n"])
+    text = str(reply.content).strip()
+    tokens = int((getattr(reply, "usage_metadata", None) or {}).get("output_tokens", 0))
+    return final_answer(question, text.splitlines()[0] if text else ""), tokens
+
+
+def answered(question: str, answer: str) -> bool:
+    return not is_unanswerable(answer) and not echoes(question, answer)
+
+
+def confirmed(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[bool, int]:
+    """(whether the answer a page gave is confirmed, output tokens): a page longer than CONFIRM_CHARS is read
+    again as its passages that share the most of the question's rarer terms, CONFIRM_CHARS at most
+    (`focused`); the page answers only if that reading answers too. A name the page states for another role
+    ("X served as chief executive officer" for "Who is the chief data officer?") is what a small model
+    gives from a whole page and withholds from the question's own passages. Only the abstention counts:
+    where the two readings answer differently, the whole page's answer stands (the cut reading loses the
+    context of a table's cells and of a list's items). Measured in docs/decisions/answers.md."""
+    if len(pages) != 1 or len(pages[0].text) <= CONFIRM_CHARS:
+        return True, 0
+    page = pages[0]
+    answer, tokens = _reply(question, [replace(page, text=focused(page.text, question, CONFIRM_CHARS))], llm)
+    return answered(question, answer), tokens
 
 
 _CHOICE = re.compile(r"\bor\b|\bwhether\b", re.IGNORECASE)

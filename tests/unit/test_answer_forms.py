@@ -180,3 +180,32 @@ def test_bulleted_items_indented_by_a_few_spaces_are_written_at_the_margin():
                 "Text - not a list.")
     assert even_bullets(markdown) == ("Priority markets for 2020:\n- Uruguay\n- Kenya\n- Romania\n* Poland\n"
                                       "    - a nested item\nText - not a list.")
+
+
+_FILLER = " ".join(f"The works team inspected the feeder line in district {i} and filed report {i}." for i in range(20))
+_ROLE_PAGE = (f"{_FILLER} Maya Ricci served as chief executive officer of Brambridge Cooperative until 2019. "
+              f"{_FILLER} The chief executive officer of Brambridge Cooperative is Viktor Petrov.")
+
+
+def test_a_long_pages_answer_stands_only_if_its_question_passages_give_one_too():
+    from conftest import scripted
+
+    from docrefrag.agents.answer import CONFIRM_CHARS, answer_question
+
+    question = "Who is the chief data officer of Brambridge Cooperative?"
+    pages = [[PageText("d", 4, _ROLE_PAGE, [])], [PageText("d", 9, _ROLE_PAGE, [])]]
+    assert len(_ROLE_PAGE) > CONFIRM_CHARS
+    llm, seen = scripted("Maya Ricci", "Not answerable", "Maya Ricci", "Not answerable")
+    answer, _, read = answer_question(question, pages, llm)
+    assert answer == "Not answerable" and read == pages  # neither page's question passages name the officer
+    whole, cut = seen[0], seen[1]
+    assert len(cut) < CONFIRM_CHARS + 300 < len(whole)  # the second reading: the passages on the question
+    assert "Maya Ricci served as chief executive officer of Brambridge Cooperative" in cut
+
+    llm, seen = scripted("Maya Ricci", "Viktor Petrov")
+    answer, _, read = answer_question(question.replace("data", "executive"), pages, llm)
+    assert answer == "Maya Ricci" and read == pages[:1]  # both answer: the whole page's answer stands
+
+    short = [[PageText("d", 2, "The chief data officer of Brambridge Cooperative is Ana Lee.", [])]]
+    llm, seen = scripted("Ana Lee")
+    assert answer_question(question, short, llm)[0] == "Ana Lee" and len(seen) == 1  # read whole: no second reading
