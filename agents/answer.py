@@ -34,6 +34,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.forms import cell_number, format_answer, lexical_support
+from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.core.chunking import box_overlap, chunk_box
@@ -49,7 +50,7 @@ _ABSTENTIONS = {"not answerable", "unanswerable", "not answerable from the docum
 
 
 SHORT_WORDS = 3
-CONFIRM_CHARS = 1000  # a longer page's answer is confirmed on its question passages of this size (`confirmed`)
+SECOND_READING_CHARS = 1000  # a longer page is also read as its passages on the question, this long
 _ABBREVIATIONS = frozenset("inc ltd co corp plc jr sr st etc vs no dept".split())  # their full stop is part of the word
 _ENUMERATION = re.compile(r"^(?:[-*\u2022]|\d{1,2}[.)])\s+(?=\S)")
 _LEAD_IN = re.compile(r"^(?:the\s+)?(?:short\s+)?answer(?:\s+is\b\s*:?|\s*:)\s*", re.I)
@@ -259,20 +260,23 @@ def answer_question(question: str, prompts_pages: list[list[PageText]],
                     llm: BaseChatModel) -> tuple[str, int, list[list[PageText]]]:
     """(short answer, output tokens, the prompts read): each prompt's pages (`prompts_pages`: one page per
     prompt in the default pages mode, every gathered element in one prompt in the evidence-graph mode) read
-    in order until one yields an answer that is no abstention and no echo of the question, and that a page
-    read alone confirms (`confirmed`); the answer was read from the last prompt read. A small model reads
+    in order until one yields an answer that is no abstention and no echo of the question; a page longer
+    than SECOND_READING_CHARS yields one only if its passages on the question, read alone first, yield one
+    too (`question_passages`, `settle`). The answer was read from the last prompt read. A small model reads
     one page better than three: given three, it takes a row of another page's table, the lowest of the
     wrong column, or a neighbouring role's holder for a role no page names; and most answers are on the
     first page, which is then the only prefill."""
     tokens = 0
     for i, pages in enumerate(prompts_pages):
+        passages = question_passages(question, pages)
+        cut, used = _reply(question, passages, llm) if passages else (None, 0)
+        tokens += used
+        if cut is not None and not answered(question, cut):
+            continue  # the question's own passages hold no answer: neither does the page
         answer, used = _reply(question, pages, llm)
         tokens += used
         if answered(question, answer):
-            confirm, used = confirmed(question, pages, llm)
-            tokens += used
-            if confirm:
-                return answer, tokens, prompts_pages[:i + 1]
+            return settle(question, pages, answer, cut, llm), tokens, prompts_pages[:i + 1]
     return NOT_ANSWERABLE, tokens, prompts_pages
 
 
@@ -288,19 +292,26 @@ def answered(question: str, answer: str) -> bool:
     return not is_unanswerable(answer) and not echoes(question, answer)
 
 
-def confirmed(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[bool, int]:
-    """(whether the answer a page gave is confirmed, output tokens): a page longer than CONFIRM_CHARS is read
-    again as its passages that share the most of the question's rarer terms, CONFIRM_CHARS at most
-    (`focused`); the page answers only if that reading answers too. A name the page states for another role
-    ("X served as chief executive officer" for "Who is the chief data officer?") is what a small model
-    gives from a whole page and withholds from the question's own passages. Only the abstention counts:
-    where the two readings answer differently, the whole page's answer stands (the cut reading loses the
-    context of a table's cells and of a list's items). Measured in docs/decisions/answers.md."""
-    if len(pages) != 1 or len(pages[0].text) <= CONFIRM_CHARS:
-        return True, 0
-    page = pages[0]
-    answer, tokens = _reply(question, [replace(page, text=focused(page.text, question, CONFIRM_CHARS))], llm)
-    return answered(question, answer), tokens
+def question_passages(question: str, pages: list[PageText]) -> list[PageText]:
+    """A page longer than SECOND_READING_CHARS as its passages that share the most of the question's rarer
+    terms, that many characters at most (`focused`); nothing for a shorter page or a prompt of several. A
+    small model distracted by the rest of a page gives a name the page states for another role ("X served
+    as chief executive officer" for "Who is the chief data officer?") or the former holder stated first,
+    and reads the question's own passages right. Measured in docs/decisions/answers.md."""
+    if len(pages) != 1 or len(pages[0].text) <= SECOND_READING_CHARS:
+        return []
+    return [replace(pages[0], text=focused(pages[0].text, question, SECOND_READING_CHARS))]
+
+
+def settle(question: str, pages: list[PageText], answer: str, cut: str | None, llm: BaseChatModel) -> str:
+    """The page's answer where the whole page gave `answer` and its question passages `cut` (None: not read):
+    where they differ, the validator's judge (a local model's P("Yes") that the whole page states it) picks,
+    a tie keeping the whole page's, which holds the context of a table's cells and of a list's items that
+    the cut reading loses; a model without P("Yes") keeps the whole page's."""
+    if cut is None or cut == answer or not is_local_model(llm):
+        return answer
+    whole, other = (llm.yes_probabilities([answer_messages(question, pages, a)])[0] for a in (answer, cut))
+    return cut if other > whole else answer
 
 
 _CHOICE = re.compile(r"\bor\b|\bwhether\b", re.IGNORECASE)

@@ -187,25 +187,41 @@ _ROLE_PAGE = (f"{_FILLER} Maya Ricci served as chief executive officer of Brambr
               f"{_FILLER} The chief executive officer of Brambridge Cooperative is Viktor Petrov.")
 
 
-def test_a_long_pages_answer_stands_only_if_its_question_passages_give_one_too():
+def test_a_long_page_answers_only_if_its_question_passages_answer_too():
     from conftest import scripted
 
-    from docrefrag.agents.answer import CONFIRM_CHARS, answer_question
+    from docrefrag.agents.answer import SECOND_READING_CHARS, answer_question
 
     question = "Who is the chief data officer of Brambridge Cooperative?"
     pages = [[PageText("d", 4, _ROLE_PAGE, [])], [PageText("d", 9, _ROLE_PAGE, [])]]
-    assert len(_ROLE_PAGE) > CONFIRM_CHARS
-    llm, seen = scripted("Maya Ricci", "Not answerable", "Maya Ricci", "Not answerable")
+    assert len(_ROLE_PAGE) > SECOND_READING_CHARS
+    llm, seen = scripted("Not answerable", "Not answerable")
     answer, _, read = answer_question(question, pages, llm)
-    assert answer == "Not answerable" and read == pages  # neither page's question passages name the officer
-    whole, cut = seen[0], seen[1]
-    assert len(cut) < CONFIRM_CHARS + 300 < len(whole)  # the second reading: the passages on the question
-    assert "Maya Ricci served as chief executive officer of Brambridge Cooperative" in cut
+    assert answer == "Not answerable" and read == pages and len(seen) == 2  # the whole pages never read
+    assert len(seen[0]) < SECOND_READING_CHARS + 300  # the page's passages on the question, read first
+    assert "Maya Ricci served as chief executive officer of Brambridge Cooperative" in seen[0]
 
-    llm, seen = scripted("Maya Ricci", "Viktor Petrov")
+    llm, seen = scripted("Viktor Petrov", "Maya Ricci")
     answer, _, read = answer_question(question.replace("data", "executive"), pages, llm)
-    assert answer == "Maya Ricci" and read == pages[:1]  # both answer: the whole page's answer stands
+    assert len(seen[1]) > len(_ROLE_PAGE) and read == pages[:1]  # then the whole page
+    assert answer == "Maya Ricci"  # they differ: a model without P("Yes") keeps the whole page's answer
 
     short = [[PageText("d", 2, "The chief data officer of Brambridge Cooperative is Ana Lee.", [])]]
     llm, seen = scripted("Ana Lee")
-    assert answer_question(question, short, llm)[0] == "Ana Lee" and len(seen) == 1  # read whole: no second reading
+    assert answer_question(question, short, llm)[0] == "Ana Lee" and len(seen) == 1  # read whole, once
+
+
+def test_where_the_two_readings_differ_the_judge_picks():
+    from docrefrag.agents.answer import settle
+    from docrefrag.agents.llm import LocalChatModel
+
+    class Judge(LocalChatModel):
+        def yes_probabilities(self, prompts, batch=4):
+            return [0.85 if "Viktor Petrov\n" in str(p[-1].content) else 0.78 for p in prompts]
+
+    judge = Judge.model_construct()  # no weights: the judge is scripted
+    page = [PageText("d", 4, _ROLE_PAGE, [])]
+    question = "Who is the chief executive officer of Brambridge Cooperative?"
+    assert settle(question, page, "Maya Ricci", "Viktor Petrov", judge) == "Viktor Petrov"
+    assert settle(question, page, "Viktor Petrov", "Maya Ricci", judge) == "Viktor Petrov"  # the whole page's
+    assert settle(question, page, "Maya Ricci", None, judge) == "Maya Ricci"  # a short page: one reading
