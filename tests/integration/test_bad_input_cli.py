@@ -106,7 +106,7 @@ def test_killed_ingest_resumes(tmp_path, ingest, light_pdf, embedder, counts, ch
     log = tmp_path / "killed.stderr"
     with log.open("w") as stderr:  # a file, not a pipe: a full pipe would stall the ingest
         proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=_sigint_default)
+                                stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         deadline = time.monotonic() + 120
         while (done := _committed_pages(root) - 2) < 3:  # 2: the pages of early.pdf
@@ -175,7 +175,7 @@ def test_an_interrupted_ingest_says_one_line_and_leaks_nothing(tmp_path, light_p
     log = tmp_path / "interrupted.stderr"
     with log.open("w") as stderr:  # the workers and multiprocessing's resource tracker write here too
         proc = subprocess.Popen(command, cwd=REPO, env=subprocess_env(), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
+                                stdout=subprocess.DEVNULL, stderr=stderr, preexec_fn=_sigint_default)
     deadline = time.monotonic() + 120
     while _committed_pages(root) < 3:
         assert proc.poll() is None, f"ingest exited early ({proc.returncode}): {log.read_text()}"
