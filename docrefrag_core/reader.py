@@ -354,7 +354,8 @@ def load_decoder(path: Path | str) -> tuple[nn.Module, Any]:
     """A Hugging Face causal LM in float32 and its tokenizer from a local directory (never a hub
     download), through the process's one loader (`decoding.load_causal_lm`). The reader runs in
     float32 (its trained parts and their checkpoints are float32), so it shares the chat model's
-    copy of a float32 decoder (SmolLM2) and loads a bfloat16 one (the Qwen decoders) apart."""
+    copy where the chat model runs in float32 (SmolLM2; the Qwen decoders on a CPU without native
+    bfloat16, `decoding.cpu_dtype`) and loads its own beside a bfloat16 one."""
     lm = load_causal_lm(_decoder_dir(path), dtype=torch.float32)
     return lm.model, lm.tokenizer
 

@@ -74,6 +74,26 @@ def test_local_model_is_loaded_once(local):
     assert load_causal_lm(again.path) is load_causal_lm(local.path) is load_causal_lm(local.path, torch.float32)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_weights_run_in_float32_on_a_cpu_without_bfloat16_instructions(tmp_path, monkeypatch, native):
+    """A model whose config states bfloat16 (the dequantised Qwen decoders) loads in bfloat16 only where the
+    CPU has bfloat16 matrix instructions: elsewhere bfloat16 prefills 4x slower than float32."""
+    from conftest import tiny_llama
+    from transformers import AutoTokenizer
+
+    from docrefrag.core import decoding
+    from docrefrag.core.weights import model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir("smollm2"), local_files_only=True)
+    tiny_llama(tokenizer, seed=0).to(torch.bfloat16).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    monkeypatch.setattr(decoding, "native_bf16", lambda: native)
+    lm = decoding.load_causal_lm(tmp_path)
+    assert lm.model.dtype == (torch.bfloat16 if native else torch.float32)
+    assert decoding.load_causal_lm(tmp_path, lm.model.dtype) is lm  # the reader asking for that dtype shares it
+    assert decoding.cpu_dtype(torch.float32) == torch.float32 and decoding.cpu_dtype(None) is None
+
+
 def test_local_reply_carries_the_greedy_tokens_log_probabilities(local):
     """Each logprob is the log-softmax of the argmax logit at its position, as one forward pass over
     the prompt and the reply's tokens (no KV cache) computes it."""
