@@ -114,8 +114,10 @@ def cpu_dtype(stated: torch.dtype | None) -> torch.dtype | None:
 
 
 def native_bf16() -> bool:
-    """Whether this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX tiles)."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    """Whether this CPU has bfloat16 matrix instructions (AVX512-BF16 or AMX tiles), as torch's own CPU
+    checks say; a torch without those checks counts as no (float32 is never the slow choice)."""
+    checks = (getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    return any(check() for check in checks if check is not None)
 
 
 @functools.cache
