@@ -72,9 +72,8 @@ def load_causal_lm(path: Path | str, dtype: torch.dtype | None = None, chat: boo
     """The tokenizer and model (in eval mode) at `path`, loaded once per process for each resolved
     path and dtype; thread-safe. `dtype` None: the weights' own, as their config.json states it
     (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders), run as `cpu_dtype` says this
-    CPU computes it fastest. `chat`: refuse a tokenizer
-    without a chat template, before the weights load (a large base model is refused at once).
-    Anything unloadable is one ValueError naming the folder."""
+    CPU computes it fastest. `chat`: refuse a tokenizer without a chat template, before the weights
+    load (a large base model is refused at once). Anything unloadable is one ValueError naming the folder."""
     path = Path(path).expanduser().resolve()
     with _LOAD_LOCK:
         key = (path, dtype if dtype is not None else cpu_dtype(_stated_dtype(path)))
