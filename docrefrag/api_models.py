@@ -84,16 +84,21 @@ class ModelWork:
 
     @staticmethod
     def train_reader(stages: Sequence[str], config: TrainConfig, ship: bool = False,
-                     show_progress: bool = False) -> Path:
-        """Train the Doc-REFRAG reader's `stages` in order on the synthetic corpus (`docrefrag.core.train`);
-        returns the last checkpoint, also copied into the package as the default reader with `ship` (with
-        words compression, only its selector and stage record: `checkpoint.graft_selector`)."""
+                     show_progress: bool = False, grpo_data: tuple[Path, Path] | None = None) -> Path:
+        """Train the Doc-REFRAG reader's `stages` in order on the synthetic corpus (`docrefrag.core.train`),
+        GRPO on the stated text questions of `grpo_data` = (a benchmark folder, a store of its training
+        documents) where given (`evals.grpo_questions`); returns the last checkpoint, also copied into the
+        package as the default reader with `ship` (with words compression, only its selector and stage
+        record: `checkpoint.graft_selector`)."""
         from docrefrag.core.reader import DEFAULT_CHECKPOINT
         from docrefrag.core.train import train
+        from docrefrag.evals.grpo_questions import grpo_questions
         from docrefrag.evals.score_mmlongbench import mmlongbench_score
         from docrefrag.indexes.corpus import CorpusIndex
 
-        checkpoint = train(list(stages), config, CorpusIndex, mmlongbench_score, show_progress=show_progress)
+        questions = grpo_questions(*grpo_data, seed=config.seed) if grpo_data else None
+        checkpoint = train(list(stages), config, CorpusIndex, mmlongbench_score, show_progress=show_progress,
+                           questions=questions)
         if ship and config.compression == "words":  # the selector joins the shipped projector and LoRA
             from docrefrag.core.checkpoint import graft_selector
 

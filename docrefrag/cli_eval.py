@@ -83,7 +83,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.placement:
         config = replace(config, examples=replace(config.examples, placement=args.placement))
     stages = list(STAGES) if args.stage == "all" else [args.stage]
-    checkpoint = DocRefrag.train_reader(stages, config, ship=args.ship, show_progress=sys.stderr.isatty())
+    if (args.grpo_data is None) != (args.grpo_store is None):
+        raise ValueError("--grpo-data and --grpo-store go together: the question set and the store of its "
+                         "training documents")
+    grpo_data = (args.grpo_data, args.grpo_store) if args.grpo_data else None
+    checkpoint = DocRefrag.train_reader(stages, config, ship=args.ship, show_progress=sys.stderr.isatty(),
+                                        grpo_data=grpo_data)
     print(f"checkpoint: {checkpoint}")
     if args.ship:
         print(f"shipped as the default reader: {DEFAULT_CHECKPOINT}")

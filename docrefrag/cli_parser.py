@@ -23,7 +23,7 @@ def _store_args(p: argparse.ArgumentParser) -> None:
 
 
 TrainConfigFlags = ("out", "docs", "pages", "seed", "steps", "minutes", "lr", "group", "beta", "em_weight",
-                    "updates", "questions",
+                    "updates", "questions", "curve_every",
                     "rerank_share", "init", "decoder", "compression", "device")
 
 
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     _json_arg(breader)
 
     tr = sub.add_parser("train", help="train the Doc-REFRAG reader (stages 1-3 and the selector's warm start) "
-                                      "on a synthetic corpus")
+                                      "on a synthetic corpus, GRPO optionally on a benchmark's real pages")
     tr.add_argument("stage", choices=["stage1", "stage2", "warmstart", "stage3", "all"],
                     help="stage1: reconstruction; stage2: continual pretraining and page relevance; warmstart: the "
                          "selector on chunk labels; stage3: GRPO selector; all: the four in order")
@@ -263,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-curriculum", action="store_true", help="stage 2 on noisy sequences only (ablation)")
     tr.add_argument("--placement", choices=["head", "random"], default=None,
                     help="where a noisy sequence puts the evidence page (default head; random: the ablation)")
+    tr.add_argument("--grpo-data", type=Path, default=None,
+                    help="stage 3 on real pages: a benchmark folder (samples.json) whose stated text questions "
+                         "GRPO reads, on the documents of --grpo-store (ingest training documents only there)")
+    tr.add_argument("--grpo-store", type=Path, default=None, help="the store of --grpo-data's training documents")
     tr.add_argument("--ship", action="store_true",
                     help="copy the last checkpoint into the package as the default reader")
 

@@ -158,7 +158,8 @@ class TrainConfig:
         "help": "stage 2: share of the steps that train page relevance (rerank) instead of answering"})
     curriculum: bool = field(default=True, metadata={"help": "stage 2: single -> multi -> noisy (off: noisy only)"})
     init: str | None = field(default=None, metadata={
-        "help": "start from this stage's checkpoint instead of the previous stage's (ablations: 'none')"})
+        "help": "start from this stage's checkpoint instead of the previous stage's (ablations: 'none'), or from "
+                "a reader checkpoint directory (e.g. the shipped one, to continue its selector)"})
     examples: ExampleConfig = field(default_factory=ExampleConfig)
     decoder: Path | None = field(default=None, metadata={
         "help": "directory of the Hugging Face causal LM to read with (default: the cached SmolLM2-135M-Instruct)"})

@@ -8,10 +8,11 @@
 - warmstart: everything frozen but the selector, trained on the chunk labels of 2-4-page sequences of
   the evidence's document (the chunks that hold the answer's words, `chunk_labels`): a listwise
   cross-entropy, the labelled chunks as the target distribution of the selector's softmax;
-- stage 3, GRPO: the selector again, trained with `grpo` on the same sequences; reward = the frozen
-  reader's mean log-probability of the gold answer's tokens given the mixed sequence (teacher-forced,
-  one forward pass per rollout), plus `em_weight` times the trainer's `reward` function of the
-  decoded answer (the face gives the benchmark's own scorer), budget p ~ U[p_min, p_max].
+- stage 3, GRPO: the selector again, trained with `grpo` on the same sequences, or on the real pages'
+  questions the face gives (`PageQuestions`); reward = the frozen reader's mean log-probability of the
+  gold answer's tokens given the mixed sequence (teacher-forced, one forward pass per rollout), plus
+  `em_weight` times the trainer's `reward` function of the decoded answer (the face gives the
+  benchmark's own scorer), budget p ~ U[p_min, p_max].
 
 Every reading goes through `DocRefragReader.build` with the pages' region words (`Trainer.build`), as
 `ask` does: a chosen chunk is expanded into the decoder's own embeddings of its words.
@@ -20,7 +21,8 @@ The corpus is indexed by the `open_index` factory given to the trainer (the face
 `docrefrag.indexes.corpus.CorpusIndex`): this layer imports neither the indexes nor the evaluation.
 
 Every stage starts from the previous stage's checkpoint (stage 1 and an ablation's stage 2 from
-untrained parts), resumes from its own `state.pt` (written atomically every `save_every` steps),
+untrained parts; `init` names another stage or a checkpoint directory, e.g. the shipped reader's),
+resumes from its own `state.pt` (written atomically every `save_every` steps),
 logs loss and progress to `<out>/<stage>/log.jsonl`, stops at `steps` or after `minutes`, and saves
 a checkpoint (`checkpoint.save_checkpoint`) whose record lists every stage so far with its data,
 steps, seed, command and minutes. The same code runs on a GPU with `device="cuda"`.
@@ -35,6 +37,7 @@ import random
 import shlex
 import sys
 import time
+from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -48,7 +51,7 @@ from docrefrag.core.config import TrainConfig
 from docrefrag.core.grpo import group_advantages, grpo_loss
 from docrefrag.core.longrag import PageSearch
 from docrefrag.core.selector import budget, candidates, draw_log_probs, sample_selection
-from docrefrag.core.train_data import Corpus, Example, ExampleSampler, build_corpus
+from docrefrag.core.train_data import Corpus, Example, ExampleSampler, PageQuestions, build_corpus
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ class Trainer:
     """The corpus, the searcher and the reader's building blocks, shared by the stages of one run."""
 
     def __init__(self, config: TrainConfig, open_index: IndexFactory, reward: Reward,
-                 show_progress: bool = True) -> None:
+                 show_progress: bool = True, questions: PageQuestions | None = None) -> None:
         from docrefrag.core.page_encoder import default_encoder
 
         check_device(config.device)
@@ -120,6 +123,10 @@ class Trainer:
             self.index.close()
             raise
         self.sampler = ExampleSampler(self.corpus, self.index.searcher, config.examples, config.seed)
+        self.questions = questions  # GRPO's questions over real pages (None: the corpus's draws)
+        extra = [questions] if questions else []
+        self.page_tokens = ChainMap(self.corpus.tokens, *(q.tokens for q in extra))
+        self.page_records = ChainMap(self.corpus.records, *(q.records for q in extra))
 
     def close(self) -> None:
         self.index.close()
@@ -131,10 +138,11 @@ class Trainer:
 
         init = self.config.init or {"stage1": "none", "stage2": "stage1", "warmstart": "stage2",
                                     "stage3": "warmstart"}[stage]
-        checkpoint = None if init == "none" else checkpoint_path(self.config, init)
+        checkpoint = None if init == "none" else init_checkpoint(self.config, init)
         if checkpoint is not None and not checkpoint.is_dir():
-            raise FileNotFoundError(f"{stage} starts from {init}'s checkpoint, but {checkpoint} does not exist; "
-                                    f"run `docrefrag train {init}` first (or pass --init none)")
+            fix = (f"run `docrefrag train {init}` first (or pass --init none)" if init in STAGES
+                   else "pass --init a stage or a reader checkpoint directory")
+            raise FileNotFoundError(f"{stage} starts from {init}'s checkpoint, but {checkpoint} does not exist; {fix}")
         load = load_reader
         if self.config.compression == "words":
             if stage not in ("warmstart", "stage3") or checkpoint is None:
@@ -149,11 +157,11 @@ class Trainer:
         return reader, prior
 
     def tokens(self, pages: list[tuple[str, int]]) -> torch.Tensor:
-        return torch.from_numpy(np.stack([self.corpus.tokens[k] for k in pages]).astype(np.float32)).to(
+        return torch.from_numpy(np.stack([self.page_tokens[k] for k in pages]).astype(np.float32)).to(
             self.config.device)
 
     def regions(self, reader, pages: list[tuple[str, int]]) -> list[list[list[int]]]:
-        return reader.page_regions([self.corpus.records[k] for k in pages], self.config.examples.grid)
+        return reader.page_regions([self.page_records[k] for k in pages], self.config.examples.grid)
 
     def mask(self, chunks: list[tuple[int, int]], n: int) -> torch.Tensor:
         """(n, L) bool of the (page index, chunk) pairs `chunks`."""
@@ -188,6 +196,8 @@ class Trainer:
             return s.qa(step, ("single", "multi", "noisy")[min(2, int(3 * progress))])
         if stage == "warmstart":
             return s.labelled_qa(step, "multi")
+        if self.questions:
+            return self.questions.examples[self.question_index(step) % len(self.questions.examples)]
         return s.labelled_qa(self.question_index(step), "multi")
 
     def question_index(self, step: int) -> int:
@@ -264,6 +274,9 @@ class Trainer:
                   "data": {"synthetic_docs": cfg.docs, "pages_per_doc": cfg.pages, "corpus_seed": cfg.seed,
                            "examples": asdict(cfg.examples), "curriculum": cfg.curriculum, "init": cfg.init},
                   "command": command, "segments": segments, "lr": lr, "device": cfg.device}
+        if stage == "stage3" and self.questions:
+            record["data"] = {"questions": self.questions.source, "examples": len(self.questions.examples),
+                              "pages": sorted({len(e.pages) for e in self.questions.examples}), "init": cfg.init}
         if stage == "stage3":
             record.update(group=cfg.group, updates=cfg.updates, questions=cfg.questions, clip_eps=cfg.clip_eps,
                           beta=cfg.beta, p_range=list(cfg.p_range),
@@ -371,10 +384,15 @@ def _read_config(checkpoint: Path) -> dict:
     return read_checkpoint_config(checkpoint)
 
 
+def init_checkpoint(config: TrainConfig, init: str) -> Path:
+    """The checkpoint a stage starts from: that of the stage `init` in this run, or the directory `init`."""
+    return checkpoint_path(config, init) if init in STAGES else Path(init)
+
+
 def train(stages: list[str], config: TrainConfig, open_index: IndexFactory, reward: Reward,
-          show_progress: bool = True) -> Path:
-    """Run the given stages in order; returns the last checkpoint."""
-    trainer = Trainer(config, open_index, reward, show_progress)
+          show_progress: bool = True, questions: PageQuestions | None = None) -> Path:
+    """Run the given stages in order (GRPO on `questions` where given); returns the last checkpoint."""
+    trainer = Trainer(config, open_index, reward, show_progress, questions)
     try:
         path = None
         for stage in stages:

@@ -17,6 +17,8 @@ Examples (each a prompt over a list of pages, a target text, and pseudo-label ch
   warm-start targets (`labelled_qa` draws examples that have some);
 - `rerank`: a question with its evidence page and pages without it (other pages of its document,
   hard negatives from the corpus), each read alone: "Yes" for the first, "No" for the others.
+
+GRPO may read real pages instead (`PageQuestions`): questions over a store's pages, built by the face.
 """
 
 from __future__ import annotations
@@ -63,6 +65,18 @@ class Corpus:
     @property
     def keys(self) -> list[Key]:
         return list(self.tokens)
+
+
+@dataclass
+class PageQuestions:
+    """Questions over real pages for GRPO, in place of the corpus's draws (the face builds them, e.g. a
+    benchmark's questions whose answer its evidence page states, over a store of documents never
+    evaluated on): the examples, their pages' tokens and words, and what they are (the stage record's)."""
+
+    examples: list[Example]
+    tokens: dict[Key, np.ndarray]  # (m, d) per page
+    records: dict[Key, PageWords]
+    source: str
 
 
 def build_corpus(folder: Path, docs: int, pages: int, seed: int, index) -> Corpus:

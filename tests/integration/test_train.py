@@ -182,6 +182,7 @@ def test_train_refuses_a_device_it_cannot_use_before_any_work(tmp_path, capsys, 
     (["--noisy-pages", "6", "3"], r"noisy_pages \(--noisy-pages LO HI\) needs 1 <= LO <= HI, got 6 3"),
     (["--noisy-pages", "0", "3"], r"--noisy-pages LO HI"),
     (["--multi-pages", "3", "2"], r"multi_pages \(--multi-pages LO HI\) needs 1 <= LO <= HI, got 3 2"),
+    (["--grpo-data", "questions"], r"--grpo-data and --grpo-store go together"),
 ])
 def test_train_refuses_bad_example_sizes_before_any_work(tmp_path, capsys, args, message):
     """Checked at once: before, the CLI built the corpus and ran stage 1 before stage 2 failed."""
@@ -286,3 +287,52 @@ def test_grpo_with_words_compression_trains_the_selector_over_chunks_with_words(
     assert all(expand.any() and not (expand & ~present).any() for expand, present in expanded)  # never a wordless chunk
     changed = {n for n, p in snapshot(reader).items() if not torch.equal(before[n], p)}
     assert changed and all(n.startswith("selector.") for n in changed)
+
+
+def test_grpo_reads_the_stated_text_questions_of_a_store_starting_from_a_checkpoint_directory(
+        trainer, tiny_decoder, tmp_path, monkeypatch):
+    """`train stage3 --grpo-data DIR --grpo-store STORE --init CHECKPOINT`: GRPO reads the set's questions whose
+    evidence page states the answer (no chart, no unanswerable, no answer the page lacks), each with another
+    page of its document, continues the checkpoint directory's selector, and its record says so."""
+    from docrefrag.core.synthetic_training import training_document
+    from docrefrag.evals.grpo_questions import grpo_questions
+    from docrefrag.indexes.ingest import Ingestor
+    from docrefrag.indexes.store import Store
+
+    if not checkpoint_path(trainer.config, "warmstart").is_dir():
+        for stage in ("stage1", "stage2", "warmstart"):
+            trainer.run(stage, command="test")
+    doc = training_document(tmp_path / "real.pdf", 3, 777)
+    with Store(tmp_path / "store", create=True) as store, Ingestor(store, show_progress=False) as ingestor:
+        [result] = ingestor.ingest([doc.path])
+    facts = [f for f in doc.questions if f.page]
+    samples = [{"doc_id": "real.pdf", "doc_type": "Report", "question": f.question, "answer": f.answer,
+                "evidence_pages": f"[{f.page}]", "answer_format": f.answer_format,
+                "evidence_sources": "['Chart']" if f.kind == "chart" else "['Pure-text (Plain-text)']"} for f in facts]
+    samples.append({**samples[0], "question": "Which code name did the board adopt?", "answer": "Zyxwvut"})
+    samples.append({**samples[0], "question": "Who chairs the audit committee?", "answer": "Not answerable",
+                    "evidence_pages": "[]", "answer_format": "None"})
+    (tmp_path / "samples.json").write_text(json.dumps(samples))
+    questions = grpo_questions(tmp_path, tmp_path / "store")
+    stated = {f.question for f in facts if f.kind != "chart"}
+    assert questions.examples and {e.prompt for e in questions.examples} <= stated
+    for ex in questions.examples:
+        evidence = next(f.page for f in facts if f.question == ex.prompt)
+        assert len(ex.pages) == 2 and (result.doc_id, evidence) in ex.pages
+        assert {doc_id for doc_id, _ in ex.pages} == {result.doc_id} and ex.pages[0] != ex.pages[1]
+
+    start = checkpoint_path(trainer.config, "warmstart")
+    config = dataclasses.replace(trainer.config, out=tmp_path / "run", docs=2, pages=2, steps=2, group=2, questions=2,
+                                 init=str(start))
+    real = Trainer(config, CorpusIndex, mmlongbench_score, show_progress=False, questions=questions)
+    try:
+        read = []
+        rollout = real.rollout_reward
+        monkeypatch.setattr(real, "rollout_reward", lambda reader, ex, expand: read.append(ex) or rollout(
+            reader, ex, expand))
+        record = read_checkpoint_config(real.run("stage3", command="test"))["stages"]
+    finally:
+        real.close()
+    assert {id(ex) for ex in read} == {id(ex) for ex in questions.examples[:2]}
+    assert [r["stage"] for r in record] == [r["stage"] for r in read_checkpoint_config(start)["stages"]] + ["stage3"]
+    assert record[-1]["data"]["questions"] == questions.source and record[-1]["data"]["init"] == str(start)
