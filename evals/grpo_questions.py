@@ -45,9 +45,6 @@ def grpo_questions(data: Path, store_dir: Path, benchmark: Benchmark = "mmlongbe
     over its evidence page and its document's best-ranked other page, shuffled by `seed`."""
     with Store(store_dir) as store:
         chosen = stated_text_questions(store, load_questions(benchmark, Path(data) / "samples.json"))
-        if not chosen:
-            raise ValueError(f"none of the questions in {data} is a stated text question on a document of "
-                             f"{store_dir}: ingest the training documents of that set there first")
         searcher = HybridSearcher(store, default_encoder().embedder)
         examples, tokens, records = [], {}, {}
         for q, doc_id in chosen:
@@ -61,6 +58,9 @@ def grpo_questions(data: Path, store_dir: Path, benchmark: Benchmark = "mmlongbe
                 tokens[key] = store.pages.stacked_tokens([key])[0]
                 records[key] = store.pages.get(*key)
             examples.append(Example("qa", q.question, pages, q.answer, mmlongbench_format(q)))
+    if not examples:
+        raise ValueError(f"none of the questions in {data} is a stated text question on a document of more than "
+                         f"one page in {store_dir}: ingest the training documents of that set there first")
     random.Random(seed).shuffle(examples)
     return PageQuestions(examples, tokens, records,
                          f"{benchmark} stated text questions of {Path(data).resolve()} on the documents of "

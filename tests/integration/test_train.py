@@ -314,6 +314,10 @@ def test_grpo_reads_the_stated_text_questions_of_a_store_starting_from_a_checkpo
                     "evidence_pages": "[]", "answer_format": "None"})
     (tmp_path / "samples.json").write_text(json.dumps(samples))
     questions = grpo_questions(tmp_path, tmp_path / "store")
+    (tmp_path / "unstated").mkdir()
+    (tmp_path / "unstated" / "samples.json").write_text(json.dumps(samples[-2:]))
+    with pytest.raises(ValueError, match="none of the questions in .* is a stated text question"):
+        grpo_questions(tmp_path / "unstated", tmp_path / "store")
     stated = {f.question for f in facts if f.kind != "chart"}
     assert questions.examples and {e.prompt for e in questions.examples} <= stated
     for ex in questions.examples:
