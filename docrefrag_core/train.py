@@ -124,9 +124,8 @@ class Trainer:
             raise
         self.sampler = ExampleSampler(self.corpus, self.index.searcher, config.examples, config.seed)
         self.questions = questions  # GRPO's questions over real pages (None: the corpus's draws)
-        extra = [questions] if questions else []
-        self.page_tokens = ChainMap(self.corpus.tokens, *(q.tokens for q in extra))
-        self.page_records = ChainMap(self.corpus.records, *(q.records for q in extra))
+        self.page_tokens = ChainMap(self.corpus.tokens, questions.tokens if questions else {})
+        self.page_records = ChainMap(self.corpus.records, questions.records if questions else {})
 
     def close(self) -> None:
         self.index.close()

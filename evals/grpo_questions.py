@@ -18,6 +18,7 @@ from docrefrag.core.page_encoder import default_encoder
 from docrefrag.core.train_data import Example, PageQuestions
 from docrefrag.evals.answers import answer_is_stated
 from docrefrag.evals.datasets import Benchmark, Question, load_questions, mmlongbench_format
+from docrefrag.evals.reader_evals import single_evidence_questions
 from docrefrag.indexes.hybrid import HybridSearcher
 from docrefrag.indexes.store import Store
 
@@ -27,17 +28,12 @@ RANKED = 4  # pages ranked per question to find its hard negative
 
 def stated_text_questions(store: Store, questions: list[Question]) -> list[tuple[Question, str]]:
     """(question, doc_id) for the answerable single-evidence-page questions on the store's ready documents
-    whose evidence is no chart or figure and whose gold answer the evidence page's text states."""
-    docs = {d.name: d for d in store.catalog.documents() if d.status == "ready"}
-    chosen = []
-    for q in questions:
-        doc = docs.get(q.doc_name)
-        if (doc is None or not q.answerable or len(q.evidence_pages) != 1
-                or VISUAL_SOURCES & set(q.evidence_sources) or not 1 <= q.evidence_pages[0] <= doc.n_pages):
-            continue
-        if answer_is_stated(store, doc.doc_id, q):
-            chosen.append((q, doc.doc_id))
-    return chosen
+    (`reader_evals.single_evidence_questions`, all of them) whose evidence is no chart or figure and whose
+    gold answer the evidence page's text states."""
+    documents = store.catalog.documents()
+    ids = {d.name: d.doc_id for d in documents}
+    return [(q, ids[q.doc_name]) for q in single_evidence_questions(questions, documents, max(1, len(questions)))
+            if not VISUAL_SOURCES & set(q.evidence_sources) and answer_is_stated(store, ids[q.doc_name], q)]
 
 
 def grpo_questions(data: Path, store_dir: Path, benchmark: Benchmark = "mmlongbench", seed: int = 0) -> PageQuestions:
@@ -55,7 +51,7 @@ def grpo_questions(data: Path, store_dir: Path, benchmark: Benchmark = "mmlongbe
                 continue
             pages = sorted([evidence, negative], key=lambda k: ranked.index(k) if k in ranked else len(ranked))
             for key in pages:
-                tokens[key] = store.pages.stacked_tokens([key])[0]
+                tokens[key] = store.pages.tokens(*key).tokens
                 records[key] = store.pages.get(*key)
             examples.append(Example("qa", q.question, pages, q.answer, mmlongbench_format(q)))
     if not examples:
