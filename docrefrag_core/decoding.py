@@ -1,7 +1,8 @@
 """Loading a local causal LM once, and stepping it token by token over a KV cache.
 
 `load_causal_lm(path, dtype)` loads the tokenizer and model of a Hugging Face directory once per
-resolved path and dtype in a process: the chat model (`docrefrag.agents.llm.LocalChatModel`, which the
+resolved path and dtype (or form: weights stated in bfloat16 run with int8 linear layers on a CPU without
+bfloat16 instructions, `cpu_form`) in a process: the chat model (`docrefrag.agents.llm.LocalChatModel`, which the
 planner, validator and answer agent share) and the reader (`reader.load_decoder`) over the same
 directory get the same copy when they ask for the same dtype. `token_steps` is the one greedy (or
 sampled) decoding loop both run: from input ids (the chat prompt) or input embeddings (the
@@ -34,6 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from docrefrag.core import int8
+
 logger = logging.getLogger(__name__)
 
 
@@ -64,19 +67,20 @@ def decoding_progress(report: ProgressReport) -> Iterator[None]:
         _PROGRESS.reset(token)
 
 
-_LOADED: dict[tuple[Path, torch.dtype | None], LoadedLM] = {}
+INT8 = "int8"  # a form of `cpu_form`: the linear layers in int8 (docrefrag.core.int8)
+_LOADED: dict[tuple[Path, torch.dtype | str | None], LoadedLM] = {}
 _LOAD_LOCK = threading.Lock()
 
 
 def load_causal_lm(path: Path | str, dtype: torch.dtype | None = None, chat: bool = False) -> LoadedLM:
     """The tokenizer and model (in eval mode) at `path`, loaded once per process for each resolved
     path and dtype; thread-safe. `dtype` None: the weights' own, as their config.json states it
-    (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders), run as `cpu_dtype` says this
+    (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders), run as `cpu_form` says this
     CPU computes it fastest. `chat`: refuse a tokenizer without a chat template, before the weights
     load (a large base model is refused at once). Anything unloadable is one ValueError naming the folder."""
     path = Path(path).expanduser().resolve()
     with _LOAD_LOCK:
-        key = (path, dtype if dtype is not None else cpu_dtype(_stated_dtype(path)))
+        key = (path, dtype if dtype is not None else cpu_form(_stated_dtype(path)))
         lm = _LOADED.get(key)
         if lm is None:
             from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -88,27 +92,30 @@ def load_causal_lm(path: Path | str, dtype: torch.dtype | None = None, chat: boo
                 raise _unloadable(path, e) from e
             _check_chat(path, tokenizer, chat)
             try:
-                model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
-                                                             dtype=key[1] or "auto").eval()
+                model = (int8.load(path, _stated_dtype(path)) if key[1] == INT8 else
+                         AutoModelForCausalLM.from_pretrained(path, local_files_only=True,
+                                                              dtype=key[1] or "auto").eval())
             except Exception as e:  # a damaged safetensors header, state-dict shapes, an unknown architecture
                 raise _unloadable(path, e) from e
             eos = model.generation_config.eos_token_id
             stop_ids = {tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}
             lm = LoadedLM(path, tokenizer, model, frozenset(stop_ids), int(model.config.max_position_embeddings))
             _LOADED[key] = lm
-            _LOADED.setdefault((path, model.dtype), lm)  # a dtype the config did not state, found on loading
-            logger.info("loaded %s (%s) in %.1f s", path, model.dtype, time.perf_counter() - t0)
+            if key[1] != INT8:  # a dtype the config did not state, found on loading
+                _LOADED.setdefault((path, model.dtype), lm)
+            logger.info("loaded %s (%s) in %.1f s", path, key[1] or model.dtype, time.perf_counter() - t0)
         _check_chat(path, lm.tokenizer, chat)
         return lm
 
 
-def cpu_dtype(stated: torch.dtype | None) -> torch.dtype | None:
-    """The dtype weights stated as `stated` run in: bfloat16 only on a CPU that computes it natively
-    (AVX512-BF16 or AMX), float32 elsewhere. On an AVX2-only CPU a bfloat16 1.5B model prefills 4x slower
-    than in float32 (7 against 31 tokens/s, docs/decisions/answers.md), and a question's pages are a
-    prefill of thousands of tokens; on an AVX512-BF16 CPU bfloat16 prefills 2x faster."""
+def cpu_form(stated: torch.dtype | None) -> torch.dtype | str | None:
+    """How weights stated as `stated` run on this CPU: bfloat16 only on a CPU that computes it natively
+    (AVX512-BF16 or AMX); elsewhere the linear layers in int8 (`int8`: fbgemm's dynamic quantisation), or in
+    float32 where this torch lacks fbgemm. On an AVX2-only CPU the bfloat16 1.5B decoder prefills 4x slower
+    than in float32 (7 against 31 tokens/s) and int8 2x faster than float32, decoding 4x faster
+    (docs/decisions/answers.md); on an AVX512-BF16 CPU bfloat16 prefills 2x faster than float32."""
     if stated == torch.bfloat16 and not native_bf16():
-        return torch.float32
+        return INT8 if int8.supported() else torch.float32
     return stated
 
 

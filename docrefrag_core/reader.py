@@ -354,8 +354,8 @@ def load_decoder(path: Path | str) -> tuple[nn.Module, Any]:
     """A Hugging Face causal LM in float32 and its tokenizer from a local directory (never a hub
     download), through the process's one loader (`decoding.load_causal_lm`). The reader runs in
     float32 (its trained parts and their checkpoints are float32), so it shares the chat model's
-    copy where the chat model runs in float32 (SmolLM2; the Qwen decoders on a CPU without native
-    bfloat16, `decoding.cpu_dtype`) and loads its own beside a bfloat16 one."""
+    copy where the chat model runs in float32 (SmolLM2) and loads its own beside a bfloat16 or int8 one
+    (the Qwen decoders, `decoding.cpu_form`)."""
     lm = load_causal_lm(_decoder_dir(path), dtype=torch.float32)
     return lm.model, lm.tokenizer
 
