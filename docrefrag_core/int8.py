@@ -50,13 +50,11 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        self.weight_int8, self.scale = weight, scale.float()  # kept to be saved; the packed copy computes
-        self.bias_value = None if bias is None else bias.float()
         with warnings.catch_warnings():  # torch 2.13 warns that quantised tensors will go: `supported` checks
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch._make_per_channel_quantized_tensor(
-                weight, self.scale.double(), torch.zeros(len(scale), dtype=torch.long), 0)
-            self.packed = torch.ops.quantized.linear_prepack(qweight, self.bias_value)
+                weight, scale.double(), torch.zeros(len(scale), dtype=torch.long), 0)
+            self.packed = torch.ops.quantized.linear_prepack(qweight, None if bias is None else bias.float())
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
@@ -69,7 +67,10 @@ class Int8Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic(x.float(), self.packed, True)  # reduce_range, as fbgemm needs
 
     def tensors(self, name: str) -> dict[str, torch.Tensor]:
-        parts = {"int8": self.weight_int8, "scale": self.scale, "bias": self.bias_value}
+        """What rebuilds this layer, as tensors named after it (read back from the packed weights, the
+        layer's only copy)."""
+        qweight, bias = torch.ops.quantized.linear_unpack(self.packed)
+        parts = {"int8": qweight.int_repr(), "scale": qweight.q_per_channel_scales().float(), "bias": bias}
         return {f"{name}.{k}": v for k, v in parts.items() if v is not None}
 
 
