@@ -152,8 +152,9 @@ def _unloadable(path: Path, e: Exception) -> ValueError:
 def shared_weights_copy(model: nn.Module) -> nn.Module:
     """A new module tree over the same parameter and buffer tensors: layers injected into it (peft's
     LoRA) and its train/eval mode stay its own, while the weights are stored once. Moving either
-    tree (`.to`) moves the shared tensors."""
-    memo = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    tree (`.to`) moves the shared tensors. Int8 layers share their packed weights the same way."""
+    packed = (m.packed for m in model.modules() if isinstance(m, int8.Int8Linear))
+    memo = {id(t): t for t in (*model.parameters(), *model.buffers(), *packed)}
     return copy.deepcopy(model, memo)
 
 

@@ -88,3 +88,14 @@ def test_bfloat16_weights_run_in_bfloat16_int8_or_float32_as_the_cpu_computes_fa
     monkeypatch.setattr(int8, "supported", lambda: fbgemm)
     assert decoding.cpu_form(torch.bfloat16) == form
     assert decoding.cpu_form(torch.float32) == torch.float32 and decoding.cpu_form(None) is None
+
+
+def test_a_shared_weights_copy_of_the_int8_decoder_shares_its_packed_weights(folder):
+    """The reader's module tree over the chat model's decoder (`decoding.shared_weights_copy`) holds no second
+    copy of the int8 weights, and reads the same."""
+    tiny(folder, seed=0)
+    model = int8.load(folder, torch.bfloat16)
+    copy = decoding.shared_weights_copy(model)
+    layers = [(a, b) for a, b in zip(model.modules(), copy.modules(), strict=True) if isinstance(a, int8.Int8Linear)]
+    assert layers and all(a is not b and a.packed is b.packed for a, b in layers)
+    assert torch.equal(logits(copy), logits(model))
