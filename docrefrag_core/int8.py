@@ -27,7 +27,12 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "docrefrag-int8-1"
+FORMAT = "docrefrag-int8-2"
+# Layers kept in float32: the MLP's output projection. Its inputs (the gated activations, 8,960 wide in the 1.5B
+# decoder) carry outliers in every layer that one activation scale per call cannot hold: quantising it too moved
+# the next-token distribution 13x further from float32's (KL 0.70 against 0.053 on real answer prompts) and cost
+# 0.15 of the stated-facts accuracy; keeping it in float32 costs a fifth of the speed-up.
+FLOAT32_LAYERS = ("down_proj",)
 
 
 @functools.cache
@@ -75,11 +80,16 @@ class Int8Linear(nn.Module):
 
 
 def quantise(model: nn.Module) -> nn.Module:
-    """`model` with every nn.Linear replaced by an Int8Linear of its weights (in place)."""
-    for name, module in list(model.named_modules()):
-        if isinstance(module, nn.Linear):
-            model.set_submodule(name, Int8Linear.from_linear(module))
+    """`model` with every nn.Linear but `FLOAT32_LAYERS` replaced by an Int8Linear of its weights (in place)."""
+    for name in quantised_layers(model):
+        model.set_submodule(name, Int8Linear.from_linear(model.get_submodule(name)))
     return model
+
+
+def quantised_layers(model: nn.Module) -> list[str]:
+    """The names of the nn.Linear layers of `model` that run in int8."""
+    return [name for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and name.rpartition(".")[2] not in FLOAT32_LAYERS]
 
 
 def load(path: Path, stored: torch.dtype | None) -> nn.Module:
@@ -147,7 +157,7 @@ def _from_cache(path: Path, file: Path, source: str) -> nn.Module:
     config = AutoConfig.from_pretrained(path, local_files_only=True)
     with init_empty_weights():
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    for name in [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]:
+    for name in quantised_layers(model):
         model.set_submodule(name, Int8Linear(tensors.pop(f"{name}.int8"), tensors.pop(f"{name}.scale"),
                                              tensors.pop(f"{name}.bias", None)))
     model.load_state_dict({k: v.float() for k, v in tensors.items()}, strict=True, assign=True)
