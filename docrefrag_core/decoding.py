@@ -113,7 +113,7 @@ def cpu_form(stated: torch.dtype | None) -> torch.dtype | str | None:
     """How weights stated as `stated` run on this CPU: bfloat16 only on a CPU that computes it natively
     (AVX512-BF16 or AMX); elsewhere the linear layers in int8 (`int8`: fbgemm's dynamic quantisation), or in
     float32 where this torch lacks fbgemm. On an AVX2-only CPU the bfloat16 1.5B decoder prefills 4x slower
-    than in float32 (7 against 31 tokens/s) and int8 2x faster than float32, decoding 4x faster
+    than in float32 (7 against 31 tokens/s), and with int8 layers `ask` answers 1.7x sooner than in float32
     (docs/decisions/answers.md); on an AVX512-BF16 CPU bfloat16 prefills 2x faster than float32."""
     if stated == torch.bfloat16 and not native_bf16():
         return INT8 if int8.supported() else torch.float32
