@@ -15,6 +15,7 @@ place is rebuilt. The embeddings stay in float32, so a reader that feeds the dec
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -106,6 +107,8 @@ def load(path: Path, stored: torch.dtype | None) -> nn.Module:
             logger.info("rebuilding %s (%s)", cached, (str(e).splitlines() or [type(e).__name__])[0])
     from transformers import AutoModelForCausalLM
 
+    logger.warning("this CPU has no bfloat16 instructions: quantising the decoder at %s to int8 once (about a "
+                   "minute); later runs load it from %s", path, cached)
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     quantise(model.eval())
@@ -137,13 +140,14 @@ def _save(model: nn.Module, file: Path, source: str, stored: torch.dtype) -> Non
         if isinstance(module, Int8Linear):
             tensors |= module.tensors(name)
     tensors |= {name: p.detach().to(stored) for name, p in model.named_parameters()}
-    file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_name(f".{file.name}.{os.getpid()}.tmp")
     try:
+        file.parent.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in tensors.items()}, tmp, metadata={"source": source})
         os.replace(tmp, file)
     except OSError as e:  # a full or read-only cache: the next process quantises again
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         logger.warning("could not cache the int8 weights at %s (%s)", file, e)
 
 

@@ -101,3 +101,14 @@ def test_a_shared_weights_copy_of_the_int8_decoder_shares_its_packed_weights(fol
     layers = [(a, b) for a, b in zip(model.modules(), copy.modules(), strict=True) if isinstance(a, int8.Int8Linear)]
     assert layers and all(a is not b and a.packed is b.packed for a, b in layers)
     assert torch.equal(logits(copy), logits(model))
+
+
+def test_a_cache_that_cannot_be_written_costs_the_quantising_again_not_the_answer(folder, monkeypatch, tmp_path):
+    """A read-only or full cache dir: the decoder still loads in int8, and no file is left half-written."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache dir should be")
+    monkeypatch.setenv("DOCREFRAG_CACHE", str(blocker))
+    reference = tiny(folder, seed=0)
+    model = int8.load(folder, torch.bfloat16)
+    assert (logits(model) - logits(reference)).abs().max() < 0.05 * logits(reference).abs().max()
+    assert blocker.read_text() == "a file where the cache dir should be"
