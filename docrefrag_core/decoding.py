@@ -75,9 +75,8 @@ _LOAD_LOCK = threading.Lock()
 def load_causal_lm(path: Path | str, dtype: torch.dtype | str | None = None, chat: bool = False) -> LoadedLM:
     """The tokenizer and model (in eval mode) at `path`, loaded once per process for each resolved
     path and dtype (or `INT8`: the linear layers in int8); thread-safe. `dtype` None: the weights' own, as
-    their config.json states it
-    (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders), run as `cpu_form` says this
-    CPU computes it fastest. `chat`: refuse a tokenizer without a chat template, before the weights
+    their config.json states it (float32 for SmolLM2, bfloat16 for the dequantised Qwen decoders), run as
+    `cpu_form` says this CPU computes it fastest. `chat`: refuse a tokenizer without a chat template, before the weights
     load (a large base model is refused at once). Anything unloadable is one ValueError naming the folder."""
     path = Path(path).expanduser().resolve()
     with _LOAD_LOCK:

@@ -125,7 +125,8 @@ def cache_file(path: Path) -> Path:
 
 def fingerprint(path: Path) -> str:
     """What an int8 file of `path` was made from: the folder, its weight files' sizes and times, torch."""
-    files = {p.name: [p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(path.glob("*.safetensors"))}
+    stats = {p.name: p.stat() for p in sorted(path.glob("*.safetensors"))}
+    files = {name: [st.st_size, st.st_mtime_ns] for name, st in stats.items()}
     return json.dumps({"format": FORMAT, "path": str(path), "files": files, "torch": torch.__version__},
                       sort_keys=True)
 

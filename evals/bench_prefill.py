@@ -19,24 +19,23 @@ from pathlib import Path
 
 import torch
 
-from docrefrag.core.decoding import INT8, load_causal_lm
+from docrefrag.core.decoding import INT8, load_causal_lm, token_steps
 from docrefrag.core.weights import model_dir
 
 FORMS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": INT8}
 
 
 def step_times(model: torch.nn.Module, length: int, steps: int = 10) -> tuple[float, float]:
-    """(prefill seconds of `length` tokens, mean seconds of one decode step after it)."""
-    with torch.inference_mode():
-        model(torch.randint(100, 20000, (1, 64)))
-        t0 = time.perf_counter()
-        out = model(torch.randint(100, 20000, (1, length)), use_cache=True, logits_to_keep=1)
-        prefill = time.perf_counter() - t0
-        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            out = model(token, past_key_values=cache, use_cache=True)
-            cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    """(prefill seconds of `length` tokens, mean seconds of one decode step after it), through the decoding
+    loop `ask` runs (`decoding.token_steps`), after a 64-token warm-up."""
+    next(token_steps(model, torch.randint(100, 20000, (1, 64))))
+    loop = token_steps(model, torch.randint(100, 20000, (1, length)))
+    t0 = time.perf_counter()
+    next(loop)
+    prefill = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        next(loop)
     return prefill, (time.perf_counter() - t0) / steps
 
 
