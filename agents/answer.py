@@ -33,7 +33,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import cell_number, format_answer, lexical_support
+from docrefrag.agents.forms import cell_number, format_answer, lexical_support, miscast
 from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
@@ -289,7 +289,8 @@ def _reply(question: str, pages: list[PageText], llm: BaseChatModel) -> tuple[st
 
 
 def answered(question: str, answer: str) -> bool:
-    return not is_unanswerable(answer) and not echoes(question, answer)
+    """Whether a page's `answer` answers: no abstention, no echo of the question, no bare number for a name."""
+    return not is_unanswerable(answer) and not echoes(question, answer) and not miscast(question, answer)
 
 
 def question_passages(question: str, pages: list[PageText]) -> list[PageText]:

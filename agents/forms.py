@@ -42,6 +42,16 @@ _NUMBER_Q = re.compile(r"\b(?:what|which) (?:is|was|were|are)? ?(?:the )?(?:perc
                        r"|ratio|rate|amount|total|average|value|sum|difference)\b|\bhow much\b|\bwhat percentage\b"
                        r"|\bby how (?:much|many)\b", re.IGNORECASE)
 
+_WH = re.compile(r"\b(what|which|who|whom|whose|how|when|where|why)\b", re.IGNORECASE)
+_QUANTITIES = frozenset(  # "which year", "which page", "which of": a number may answer them
+    "year years page pages number numbers percentage percentages quarter quarters month months day days date dates "
+    "age ages version versions figure figures table tables chapter chapters step steps rank ranks level levels grade "
+    "grades decade decades century centuries edition editions season seasons slide slides section sections time times "
+    "period periods hour hours round rounds phase phases stage stages week weeks unit units line lines route routes "
+    "amount amounts value values score scores size sizes point points id ids of".split())
+_NAME_AFTER_WHAT = re.compile(r"\s*(?:is|was|are|were)\s+the\s+(?:names?|titles?)\b", re.IGNORECASE)
+_BARE_NUMBER = re.compile(r"\s*[-+]?[$€£]?\s?[\d.,]*\d[\d.,]*\s?%?\s*")
+
 
 def answer_form(question: str) -> AnswerForm:
     """The form a question asks its answer in, from its words alone."""
@@ -52,6 +62,33 @@ def answer_form(question: str) -> AnswerForm:
     if _NUMBER_Q.search(question):
         return "number"
     return "string"
+
+
+def asks_for_name(question: str) -> bool:
+    """Whether a question asks for a name rather than a quantity: its interrogative word (the first wh-word
+    that opens the question or a clause after a comma, or ends it: not "people who", "the year in which") is
+    who, whom or whose, which before a word that is no quantity ("which method", not "which year"), or "what
+    is the name/title"."""
+    for match in _WH.finditer(question):
+        before, after = question[:match.start()].rstrip(), question[match.end():]
+        if not before or before[-1] in ",;:." or after.strip() == "?":
+            break
+    else:
+        return False
+    word, rest = match.group(1).lower(), after.split()
+    if word in ("who", "whom", "whose"):
+        return True
+    if word == "which":
+        return bool(rest) and re.sub(r"\W", "", rest[0].lower()) not in _QUANTITIES
+    return word == "what" and bool(_NAME_AFTER_WHAT.match(after))
+
+
+def miscast(question: str, answer: str) -> bool:
+    """Whether `answer` is a bare number where the question asks for a name ("75" for "Which method ...?"):
+    what a small model writes when it copies a reference marker or a table's figure instead of the row's
+    name. No question of the dev sets that asks for a name has a bare number for its answer (48 on
+    MMLongBench-Doc, 3 on LongDocURL, 9 on a stated-facts seed: docs/decisions/answers.md)."""
+    return bool(_BARE_NUMBER.fullmatch(answer)) and asks_for_name(question)
 
 
 def written_numbers(text: str) -> list[set[float]]:

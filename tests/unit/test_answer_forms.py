@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from docrefrag.agents.answer import PageText, cite, echoes, even_bullets, focused, ranked_items, table_view
-from docrefrag.agents.forms import answer_form, format_answer, lexical_support, number_values
+from docrefrag.agents.forms import answer_form, asks_for_name, format_answer, lexical_support, miscast, number_values
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
 from docrefrag.evals.score_mmlongbench import mmlongbench_score
@@ -173,6 +173,38 @@ def test_an_answer_that_only_repeats_the_question_is_no_answer():
     assert not echoes("Who is the chief data officer of Norworth Group?", "Greta Svensson")
     assert not echoes("Which is greater, Instagram users or Appota fans?", "Appota")  # a choice is offered
     assert not echoes("Who is the head of the group?", "the")  # no word to compare
+
+
+@pytest.mark.parametrize(("question", "name"), [
+    ("Which method integrates knowledge into white-box models via directive fine-tuning?", True),
+    ("According to table II, which are the datasets that have exactly three methods?", True),
+    ("Who is the chief data officer of Norworth Group?", True),
+    ("The quote colored in blue is said by whom?", True),
+    ("What is the title of the diagram on page 9?", True),
+    ("In which year did the Nordic revenue peak?", False),  # which year: a number
+    ("Which page states the fleet size?", False),
+    ("What is the percentage of Americans who believe China is an enemy?", False),  # "who" opens no question
+    ("In the year in which the users were 330 million, what percentage were debit card users?", False),
+    ("How many passengers did Northfield report in 2019?", False),
+])
+def test_a_question_that_asks_for_a_name(question, name):
+    assert asks_for_name(question) is name
+
+
+def test_a_bare_number_for_a_name_is_no_answer():
+    from conftest import scripted
+
+    from docrefrag.agents.answer import answer_question
+
+    question = "Which method integrates knowledge into white-box models via directive fine-tuning?"
+    assert miscast(question, "75") and miscast(question, "12.5%")
+    assert not miscast(question, "PKG") and not miscast(question, "GPT-4") and not miscast("Which year?", "2019")
+    assert not miscast("How many methods are there?", "75")
+    pages = [[PageText("d", 4, "PKG [75] integrates knowledge via directive fine-tuning.", [])],
+             [PageText("d", 5, "PKG integrates knowledge into white-box models.", [])]]
+    llm, seen = scripted("75", "PKG")
+    answer, _, read = answer_question(question, pages, llm)
+    assert answer == "PKG" and read == pages and len(seen) == 2  # the first page's "75" was no answer
 
 
 def test_bulleted_items_indented_by_a_few_spaces_are_written_at_the_margin():
