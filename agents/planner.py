@@ -45,10 +45,6 @@ _EVIDENCE_WORDS: dict[EvidenceType, tuple[str, ...]] = {
     "layout": ("page", "slide", "header", "footer", "section", "title", "layout", "color", "colour"),
 }
 _QUESTION_WORDS = frozenset("what which who whom whose how many much does did is are was were the a an in of".split())
-_PAGE_REF = re.compile(r"\b(?:pages?|slides?)\s+(\d{1,5})((?:\s*(?:,?\s*and|-|\u2013|to|through|&|,)\s*"
-                       r"(?:(?:the\s+)?(?:pages?|slides?)\s+)?\d{1,5}\b)*)", re.I)
-_PAGE_STEP = re.compile(r"(,?\s*and|-|\u2013|to|through|&|,)\s*(?:(?:the\s+)?(?:pages?|slides?)\s+)?(\d{1,5})", re.I)
-MAX_PAGE_SPAN = 10  # a named range longer than this ("pages 400-640") is named by its two ends
 _LIST_MARK = re.compile(r"^\s*(?:[-*\u2022]\s*|\d+[.):]\s*|(?:sub-?)?questions?\s*\d*\s*[:.)-]\s*)+", re.I)
 MAX_SUB_QUESTIONS = 3
 
@@ -71,21 +67,6 @@ def sub_questions(reply: str, question: str) -> list[str]:
     return out[:MAX_SUB_QUESTIONS]
 
 
-def named_pages(question: str) -> list[int]:
-    """The pages a question names, in order: "page 25", "slide 4", "pages 10 and 11", "page 15 and page 16",
-    "pages 51-53", "from Page 3 to Page 10" (a range of at most MAX_PAGE_SPAN pages, else its ends)."""
-    pages: list[int] = []
-    for match in _PAGE_REF.finditer(question):
-        last = int(match.group(1))
-        pages.append(last)
-        for sep, number in _PAGE_STEP.findall(match.group(2)):
-            end = int(number)
-            span = range(last + 1, end + 1) if sep.lower().strip() in ("-", "\u2013", "to", "through") else ()
-            pages += span if 0 < len(span) < MAX_PAGE_SPAN else [end]
-            last = end
-    return list(dict.fromkeys(pages))
-
-
 def extract_intents(question: str) -> Plan:
     """Everything of the plan that rules can extract from the question text."""
     lowered = question.lower()
@@ -99,8 +80,7 @@ def extract_intents(question: str) -> Plan:
                                  if any(re.search(rf"\b{w}", lowered) for w in words)]
     keywords = [w for w in re.findall(r"\w+", lowered) if w not in STOPWORDS and w not in _QUESTION_WORDS]
     return Plan(sub_queries=[question], keywords=list(dict.fromkeys(keywords)), entities=list(dict.fromkeys(entities)),
-                visual_anchors=list(dict.fromkeys(anchors)), evidence_types=types or ["text"],
-                pages=named_pages(question))
+                visual_anchors=list(dict.fromkeys(anchors)), evidence_types=types or ["text"])
 
 
 def plan_question(question: str, llm: BaseChatModel | None, decompose: bool = True,

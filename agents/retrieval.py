@@ -54,19 +54,4 @@ def search_plan(plan: Plan, question: str, searcher: HybridSearcher, doc_ids: Se
             merged[key] = merged.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
             best_hit.setdefault(key, hit)
     ranked = sorted(merged, key=lambda key: -merged[key])[:k]
-    return named_first([best_hit[key] for key in ranked], plan.pages, searcher, doc_ids, k), runs
-
-
-def named_first(hits: list[Hit], pages: Sequence[int], searcher: HybridSearcher, doc_ids: Sequence[str] | None,
-                k: int) -> list[Hit]:
-    """`hits` with the pages the question names first, in the order named, on the best hit's document (or the
-    one document searched): "in the cartoon on page 25" asks about page 25, which a picture's few words rank
-    anywhere. A named page the document lacks (a printed page number past the file's) is left to the search."""
-    doc_id = hits[0].doc_id if hits else (doc_ids[0] if doc_ids and len(doc_ids) == 1 else None)
-    if not pages or doc_id is None:
-        return hits
-    found = {(h.doc_id, h.page): h for h in hits}
-    top = hits[0].fused if hits else 0.0
-    named = [found.get((h.doc_id, h.page), h) for h in searcher.page_hits(doc_id, pages, top)]
-    first = {(h.doc_id, h.page) for h in named}
-    return (named + [h for h in hits if (h.doc_id, h.page) not in first])[:k]
+    return [best_hit[key] for key in ranked], runs

@@ -18,7 +18,6 @@ class Plan(BaseModel):
     visual_anchors: list[str] = Field(default_factory=list, description='e.g. "Table 4", "the chart titled ..."')
     evidence_types: list[EvidenceType] = Field(default_factory=list)
     hyde: str = Field(default="", description="a hypothetical passage of the page that answers (dense branch)")
-    pages: list[int] = Field(default_factory=list, description='pages the question names ("on page 25"), 1-based')
 
 
 class Citation(BaseModel):

@@ -74,9 +74,6 @@ class _QuestionSearcher:
     def to_hits(self, cands: Candidates, fused: np.ndarray, k: int) -> list[Hit]:
         return self._searcher.to_hits(cands, fused, k)
 
-    def page_hits(self, doc_id: str, pages: Sequence[int], fused: float) -> list[Hit]:
-        return self._searcher.page_hits(doc_id, pages, fused)
-
 
 @dataclass
 class RetrievalReport:

@@ -126,11 +126,5 @@ class HybridSearcher:
         return hits
 
 
-    def page_hits(self, doc_id: str, pages: Sequence[int], fused: float) -> list[Hit]:
-        """A hit scored `fused` for each of `pages` (in that order) that the document holds, no region."""
-        stored = self.store.pages.done(doc_id)
-        return [Hit(doc_id, page, fused, None, None) for page in pages if page in stored]
-
-
 def _opt(x: float) -> float | None:
     return None if np.isnan(x) else float(x)

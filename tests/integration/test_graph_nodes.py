@@ -156,27 +156,3 @@ def test_build_graph_rejects_unknown_node_names():
 def test_build_graph_rejects_bad_dotted_paths(path):
     with pytest.raises(ValueError, match="package.module:function|cannot import"):
         build_graph(nodes={"rerank": path})
-
-
-def test_a_page_the_question_names_is_retrieved_and_read_first(dr, report):
-    """"As page 6 says" asks about page 6, a page of filler that the question's words rank below the tables:
-    it comes first and is read first, the search's order after it; a page number the document lacks (a printed
-    number past the file's pages) leaves the search's order as it was."""
-    from docrefrag.agents.planner import extract_intents
-    from docrefrag.agents.retrieval import search_plan
-    from docrefrag.indexes.hybrid import HybridSearcher
-
-    question = "How many passengers did Northfield report in 2019, as page 6 says?"
-    plan = extract_intents(question)
-    assert plan.pages == [6]
-    searcher = HybridSearcher(dr.open_store(), dr.embedder)
-    search = lambda p: [h.page for h in search_plan(p, question, searcher, [report[1]], 5, "consistency")[0]]  # noqa: E731
-    unnamed = search(plan.model_copy(update={"pages": []}))
-    assert unnamed[0] != 6
-    assert search(plan) == [6, *[p for p in unnamed if p != 6]][:5]
-    assert search(plan.model_copy(update={"pages": [60]})) == unnamed
-
-    llm, seen = scripted("Not answerable", "4,812", "Yes")
-    result = dr.ask(question, llm=llm, config=AskConfig.of(answerer="chat", hyde="never", max_rounds=1, memory=False))
-    assert retrieved_pages(entries(result.trace, "retrieve")[0])[0] == 6
-    assert "[Page 6]" in seen[0] and "[Page 6]" not in seen[1]  # page 6 read first, then the next page

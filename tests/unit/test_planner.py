@@ -1,13 +1,12 @@
-"""The planner's rules: the intents read from a question, the pages it names, a decomposition that is garbage or partly
+"""The planner's rules: the intents read from a question, a decomposition that is garbage or partly
 usable, a repeated question, and the bound on sub-questions.
 """
 
 from __future__ import annotations
 
-import pytest
 from conftest import HYDE, QUESTION, prompt_kind, scripted
 
-from docrefrag.agents.planner import MAX_SUB_QUESTIONS, extract_intents, named_pages, plan_question, sub_questions
+from docrefrag.agents.planner import MAX_SUB_QUESTIONS, extract_intents, plan_question, sub_questions
 from docrefrag.indexes.bm25 import STOPWORDS
 
 
@@ -63,21 +62,3 @@ def test_sub_questions_are_bounded():
     reply = "\n".join(f"{i}. How many passengers in year {2000 + i}?" for i in range(1, 9))
     assert sub_questions(reply, "How many passengers per year?") == [
         f"How many passengers in year {2000 + i}?" for i in range(1, MAX_SUB_QUESTIONS + 1)]
-
-
-@pytest.mark.parametrize(("question", "pages"), [
-    ("In the cartoon in page 25, what does the hippo represent?", [25]),
-    ("Which group is largest in Slide 4 in 2014?", [4]),
-    ("What models of cars are introduced on pages 10 and 11?", [10, 11]),
-    ("What is the sum of the numbers written on the page 15 and page 16?", [15, 16]),
-    ("What are the overlapped apps between page 21 and 62?", [21, 62]),
-    ("How many figures are in this paper from Page 3 to Page 7?", [3, 4, 5, 6, 7]),
-    ("How many figures are provided in pages 51-53?", [51, 52, 53]),
-    ("Which tables are on page 3, 4, and 9?", [3, 4, 9]),
-    ("How many figures are provided in Pages 400-640?", [400, 640]),  # too long a range: its ends
-    ("How many pages include figures which have humans?", []),
-    ("How many passengers did Northfield report in 2019?", []),
-])
-def test_the_pages_a_question_names(question, pages):
-    assert named_pages(question) == pages
-    assert extract_intents(question).pages == pages
