@@ -51,6 +51,8 @@ _QUANTITIES = frozenset(  # "which year", "which page", "which of": a number may
     "amount amounts value values score scores size sizes point points id ids of".split())
 _NAME_AFTER_WHAT = re.compile(r"\s*(?:is|was|are|were)\s+the\s+(?:names?|titles?)\b", re.IGNORECASE)
 _BARE_NUMBER = re.compile(r"\s*[-+]?[$€£]?\s?[\d.,]*\d[\d.,]*\s?%?\s*")
+_YES_NO = re.compile(r"\s*(?:yes|no)[.!]?\s*", re.IGNORECASE)
+_LETTER = re.compile(r"\s*\(?([A-H])\)?[.):]?\s*")
 
 
 def answer_form(question: str) -> AnswerForm:
@@ -89,6 +91,17 @@ def miscast(question: str, answer: str) -> bool:
     name. No question of the dev sets that asks for a name has a bare number for its answer (48 on
     MMLongBench-Doc, 3 on LongDocURL, 12 on a stated-facts seed: docs/decisions/answers.md)."""
     return bool(_BARE_NUMBER.fullmatch(answer)) and asks_for_name(question)
+
+
+def stated_claim(question: str, answer: str) -> str | None:
+    """What a page must state for `answer` to hold, or None where no words of a page can: the answer itself;
+    for the letter of an option the question lists ("(A). 100, 50, 25" ... "Choose the letter"), that
+    option's text; for a yes or a no, None (it affirms or denies the question; only a judge can weigh it)."""
+    if _YES_NO.fullmatch(answer):
+        return None
+    letter = _LETTER.fullmatch(answer)
+    option = letter and re.search(rf"^\s*\(?{letter.group(1)}\)?[.):]\s*(\S.*)$", question, re.MULTILINE)
+    return option.group(1) if option else answer
 
 
 def written_numbers(text: str) -> list[set[float]]:

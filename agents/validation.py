@@ -2,10 +2,11 @@
 
 Two checks, averaged into the confidence: (1) lexical support, the share of the answer's words and
 numbers found on the pages read (all of them, not only the cited one: an answer read on page 3 and
-cited on page 5 is still supported), numbers matched across the forms pages write them in
-(agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent = 0.42); where the question states
-anchors (a year, a table's number), only near a passage that states one of them counts
-(`anchored_evidence`: the 2015 figure is not the 2021 sentence's figure); (2) the chat model's
+cited on page 5 is still supported; for the letter of an option the question lists, the option's text;
+none for a yes or a no, which no page states word for word: the judge alone weighs it), numbers matched
+across the forms pages write them in (agents/forms.py: 4,812 = 4812 = 4.812 thousand; 42% = 42 percent
+= 0.42); where the question states anchors (a year, a table's number), only near a passage that states
+one of them counts (`anchored_evidence`: the 2015 figure is not the 2021 sentence's figure); (2) the chat model's
 judgement, asked with the prompt the answer was read from (the page that answered, word for word: the
 answer agent reads one page at a time) followed by the answer and the question whether the pages state
 it: P(Yes) against No for a local model, which computes only that tail (its KV cache of the answer's
@@ -23,7 +24,7 @@ from langchain_core.language_models import BaseChatModel
 
 from docrefrag.agents.answer import PageText, answer_messages, is_unanswerable, page_passages
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import lexical_support, number_values
+from docrefrag.agents.forms import lexical_support, number_values, stated_claim
 from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.schemas import Claim, Verdict
 
@@ -79,8 +80,9 @@ def validate(question: str, answer: str, claims: list[Claim], pages: list[PageTe
     None)."""
     if is_unanswerable(answer) or not claims:
         return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
-    lexical = lexical_support(answer, anchored_evidence(question, pages))
-    scores = [lexical]
+    claim = stated_claim(question, answer)
+    lexical = None if claim is None else lexical_support(claim, anchored_evidence(question, pages))
+    scores = [] if lexical is None else [lexical]
     if llm is not None:
         messages = answer_messages(question, source or pages, answer)  # the answer's prompt, then the question
         if is_local_model(llm):  # its P(Yes), not only which word wins
@@ -88,6 +90,9 @@ def validate(question: str, answer: str, claims: list[Claim], pages: list[PageTe
         else:
             reply = invoke_llm(llm, messages, stop=["\n"])
             scores.append(1.0 if str(reply.content).strip().lower().startswith("yes") else 0.0)
-    confidence = sum(scores) / len(scores)
-    missing = "" if lexical >= 0.5 else f"the pages read do not contain {answer!r}"
+    confidence = sum(scores) / len(scores) if scores else 0.0
+    if lexical is None:
+        missing = "" if confidence >= 0.5 else f"the judge does not find that the pages read say {answer!r}"
+    else:
+        missing = "" if lexical >= 0.5 else f"the pages read do not contain {claim!r}"
     return Verdict(supported=confidence >= 0.5, confidence=round(confidence, 3), missing=missing)

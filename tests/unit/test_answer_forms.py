@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from docrefrag.agents.answer import PageText, cite, echoes, even_bullets, focused, ranked_items, table_view
-from docrefrag.agents.forms import answer_form, asks_for_name, format_answer, lexical_support, miscast, number_values
+from docrefrag.agents.forms import (
+    answer_form,
+    asks_for_name,
+    format_answer,
+    lexical_support,
+    miscast,
+    number_values,
+    stated_claim,
+)
 from docrefrag.agents.schemas import Citation, Claim
 from docrefrag.agents.validation import anchored_evidence, question_anchors, validate
 from docrefrag.evals.score_mmlongbench import mmlongbench_score
@@ -35,6 +43,27 @@ def test_a_right_answer_on_a_page_read_but_not_cited_is_not_withheld():
     claims = [Claim(text="4812", citations=[Citation(doc_id="d", page=5)])]  # cited where it is not written
     verdict = validate("What was the Nordic revenue in 2025?", "4812", claims, pages, llm=None)
     assert verdict.supported and verdict.confidence == 1.0
+
+
+def test_an_option_letter_is_checked_as_its_option_and_a_yes_by_the_judge():
+    """LongDocURL's image documents: 3 right "Yes" and a right "A" were withheld, as no page writes them."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    options = ("What are the premiums for 1st, 2nd and 3rd place in the Talent Show?\n(A). 100, 50, 25\n"
+               "(B). 75, 50, 40\nChoose the letter name in front of the right option from A, B.")
+    assert stated_claim(options, "B") == "75, 50, 40" and stated_claim(options, "(A).") == "100, 50, 25"
+    assert stated_claim("Is the fee $40, yes or no?", "Yes") is None and stated_claim("Who?", "A") == "A"
+    pages = [PageText("d", 52, "Talent Show, Adult Amateurs: 1st $75, 2nd $50, 3rd $40.", [])]
+    claims = [Claim(text="x", citations=[Citation(doc_id="d", page=52)])]
+    assert validate(options, "B", claims, pages, None).supported
+    assert not validate(options, "A", claims, pages, None).supported
+    asked = "Is there a talent show in the document? Choose yes or no."
+    judged = [validate(asked, answer, claims, pages, GenericFakeChatModel(messages=iter([AIMessage(reply)])))
+              for answer, reply in (("Yes", "Yes"), ("No", "No"))]
+    assert judged[0].supported and judged[0].confidence == 1.0
+    assert not judged[1].supported and "judge" in judged[1].missing
+    assert not validate(asked, "Yes", claims, pages, None).supported  # no judge, nothing weighs a yes
 
 
 def test_a_figure_of_another_year_is_not_support():
