@@ -33,7 +33,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from docrefrag.agents import prompts
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import cell_number, format_answer, lexical_support, miscast
+from docrefrag.agents.forms import cell_number, format_answer, lexical_support, miscast, stated_claim
 from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.schemas import Citation, Claim
@@ -353,13 +353,16 @@ RUN = 8  # consecutive elements a citation may join: a list's items are elements
 
 def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
     """One claim (the answer) cited by the region of the pages read that states most of its words and
-    numbers (numbers in any form: 4812 is found in "4,812"): a page element (paragraph, table, list item,
+    numbers (numbers in any form: 4812 is found in "4,812"; of the option's text for an option's letter, of
+    the question's for a yes or a no): a page element (paragraph, table, list item,
     caption) or, where no one element states all of it, up to RUN consecutive ones (a list's items) in
     one box. Among equals, the one on the page read first (the best ranked), then the fewest elements,
     then the one sharing most of the question's terms, then the smallest."""
     if is_unanswerable(answer) or not pages:
         return []
     terms = set(tokenize(question))
+    claim = stated_claim(question, answer)  # an option's text for its letter; a yes or a no: what the question asks
+    wanted = question if claim is None else claim
     best: tuple[tuple[float, int, int, int, float], PageText, ChunkRecord | None] = (
         (0.0, 0, 0, 0, 0.0), pages[0], None)
     for rank, p in enumerate(pages):
@@ -368,7 +371,7 @@ def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
                 text = "\n".join(c.text for c in run)
                 x0, y0 = min(c.bbox[0] for c in run), min(c.bbox[1] for c in run)
                 x1, y1 = max(c.bbox[2] for c in run), max(c.bbox[3] for c in run)
-                support = lexical_support(answer, text)
+                support = lexical_support(wanted, text)
                 key = (support, -rank, -len(run), len(terms & set(tokenize(text))), -(x1 - x0) * (y1 - y0))
                 if key > best[0]:
                     best = (key, p, ChunkRecord(run[0].doc_id, run[0].page, run[0].chunk, text, (x0, y0, x1, y1)))

@@ -32,7 +32,7 @@ from langchain_openai import ChatOpenAI
 from tqdm import tqdm
 
 from docrefrag.agents.endpoint import invoke_llm
-from docrefrag.agents.forms import lexical_support
+from docrefrag.agents.forms import lexical_support, stated_claim
 from docrefrag.agents.llm import is_local_model
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.evals.datasets import Question, mmlongbench_format
@@ -102,6 +102,15 @@ def cited_region_text(store: Store, citation: dict) -> str:
     return " ".join(w.text for w in words if x0 <= (w.x0 + w.x1) / 2 <= x1 and y0 <= (w.y0 + w.y1) / 2 <= y1)
 
 
+def cited_region_holds(store: Store, question: str, answer: str, citations: list[dict]) -> bool | None:
+    """Whether the first cited region states every word and number of what the answer claims (an option's
+    text for its letter); None without a citation or for a yes or a no, which no region writes."""
+    claim = stated_claim(question, answer)
+    if not citations or claim is None:
+        return None
+    return lexical_support(claim, cited_region_text(store, citations[0])) == 1.0
+
+
 def first_round_hits(trace: list[dict]) -> list[dict]:
     """The pages the first answer was chosen from: the last search before the first rerank (after
     the enrich node, the second search of round 1)."""
@@ -143,9 +152,7 @@ def evaluate_answers(store: Store, searcher: HybridSearcher, llm: BaseChatModel,
                    "doc_type": q.doc_type, "task_tag": q.task, "retrieved": [h["page"] for h in retrieved],
                    "cited": [c["page"] for c in citations],
                    "stated": answer_is_stated(store, doc_ids[q.doc_name], q),
-                   "cited_region_has_answer": (
-                       lexical_support(result.answer, cited_region_text(store, citations[0])) == 1.0
-                       if citations else None),
+                   "cited_region_has_answer": cited_region_holds(store, q.question, result.answer, citations),
                    "confidence": result.confidence, "withheld": result.withheld,
                    "score_without_abstention": score(q, result.withheld) if result.withheld else None,
                    "recalled": [p["id"] for e in result.trace if e["node"] == "memory" for p in e["recalled"]],

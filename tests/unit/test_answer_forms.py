@@ -196,6 +196,20 @@ def test_a_list_answer_is_cited_by_the_box_of_its_items():
     assert claim.citations[0].bbox == (64, 304, 104, 319)  # one element states it: that element alone
 
 
+def test_an_option_letter_is_cited_by_its_option_and_a_yes_by_what_the_question_asks():
+    from docrefrag.indexes.page_table import ChunkRecord
+
+    chunks = [ChunkRecord("d", 52, 0, "Talent Show entries close on Friday.", (0, 0, 10, 10)),
+              ChunkRecord("d", 52, 1, "Adult Amateurs: 1st $75, 2nd $50, 3rd $40", (0, 20, 10, 30)),
+              ChunkRecord("d", 52, 2, "Youth: 1st $100, 2nd $50, 3rd $25", (0, 40, 10, 50))]
+    page = [PageText("d", 52, "", chunks)]
+    options = ("What are the premiums for the Adult Amateurs of the Talent Show?\n(A). 100, 50, 25\n(B). 75, 50, 40\n"
+               "Choose the letter name in front of the right option from A, B.")
+    assert cite("B", page, options)[0].citations[0].bbox == (0, 20, 10, 30)
+    (claim,) = cite("Yes", page, "Do Talent Show entries close on Friday, yes or no?")
+    assert claim.text == "Yes" and claim.citations[0].bbox == (0, 0, 10, 10)
+
+
 def test_an_answer_that_only_repeats_the_question_is_no_answer():
     assert echoes("Who is the chief data officer of Norworth Group?", "Norworth Group")
     assert echoes("Which unit had the lowest margin according to Table 7?", "7")
