@@ -321,9 +321,11 @@ _CHOICE = re.compile(r"\bor\b|\bwhether\b", re.IGNORECASE)
 def echoes(question: str, answer: str) -> bool:
     """Whether an answer only repeats the question's own words ("Norworth Group" for "Who is the chief data
     officer of Norworth Group?"): what a small model writes when the page does not hold the answer. A
-    question that offers a choice ("A or B?") is answered with its own words, so it has no echo."""
+    question that offers a choice ("A or B?", options to pick by letter) is answered with its own words, so it
+    has no echo."""
     words = set(tokenize(answer))
-    return bool(words) and words <= set(tokenize(question)) and not _CHOICE.search(question)
+    return (bool(words) and words <= set(tokenize(question)) and not _CHOICE.search(question)
+            and stated_claim(question, answer) == answer)
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:

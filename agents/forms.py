@@ -52,7 +52,8 @@ _QUANTITIES = frozenset(  # "which year", "which page", "which of": a number may
 _NAME_AFTER_WHAT = re.compile(r"\s*(?:is|was|are|were)\s+the\s+(?:names?|titles?)\b", re.IGNORECASE)
 _BARE_NUMBER = re.compile(r"\s*[-+]?[$€£]?\s?[\d.,]*\d[\d.,]*\s?%?\s*")
 _YES_NO = re.compile(r"\s*(?:yes|no)[.!]?\s*", re.IGNORECASE)
-_LETTER = re.compile(r"\s*\(?([A-H])\)?[.):]?\s*")
+_LETTER = re.compile(r"\s*\(?([A-H])\)?[.):]?\s*", re.IGNORECASE)
+_OPTION = re.compile(r"^[ \t]*\(?([A-H])\)?[.):][ \t]*([^\s.):].*)$", re.IGNORECASE | re.MULTILINE)
 
 
 def answer_form(question: str) -> AnswerForm:
@@ -95,13 +96,14 @@ def miscast(question: str, answer: str) -> bool:
 
 def stated_claim(question: str, answer: str) -> str | None:
     """What a page must state for `answer` to hold, or None where no words of a page can: the answer itself;
-    for the letter of an option the question lists ("(A). 100, 50, 25" ... "Choose the letter"), that
-    option's text; for a yes or a no, None (it affirms or denies the question; only a judge can weigh it)."""
+    for the letter of an option the question lists, one option a line ("(A). 100, 50, 25" ... "Choose the
+    letter"), that option's text; for a bare yes or no, None (it affirms or denies the question; only a judge
+    can weigh it)."""
     if _YES_NO.fullmatch(answer):
         return None
     letter = _LETTER.fullmatch(answer)
-    option = letter and re.search(rf"^\s*\(?{letter.group(1)}\)?[.):]\s*(\S.*)$", question, re.MULTILINE)
-    return option.group(1) if option else answer
+    options = {m.group(1).upper(): m.group(2) for m in _OPTION.finditer(question)} if letter else {}
+    return options.get(letter.group(1).upper(), answer) if len(options) >= 2 else answer
 
 
 def written_numbers(text: str) -> list[set[float]]:

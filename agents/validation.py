@@ -75,9 +75,9 @@ def _leads(passage: str) -> bool:
 
 def validate(question: str, answer: str, claims: list[Claim], pages: list[PageText],
              llm: BaseChatModel | None, source: list[PageText] | None = None) -> Verdict:
-    """The verdict on `answer`: its lexical support over every page read (`pages`), and the judge's, asked
-    with the prompt the answer was read from (`source`: the pages that prompt held; all pages read if
-    None)."""
+    """The verdict on `answer`: the lexical support of what it claims (`forms.stated_claim`; none for a yes or
+    a no) over every page read (`pages`), and the judge's, asked with the prompt the answer was read from
+    (`source`: the pages that prompt held; all pages read if None)."""
     if is_unanswerable(answer) or not claims:
         return Verdict(supported=False, confidence=0.0, missing="no page read states the answer")
     claim = stated_claim(question, answer)

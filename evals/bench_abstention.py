@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from docrefrag.agents.answer import answer_messages, is_unanswerable, page_texts
-from docrefrag.agents.forms import lexical_support
+from docrefrag.agents.forms import lexical_support, stated_claim
 from docrefrag.agents.llm import LocalChatModel
 from docrefrag.agents.prompts import NOT_ANSWERABLE
 from docrefrag.agents.validation import anchored_evidence
@@ -76,10 +76,11 @@ def measure(store: Store, data: Path, limit: int, decoder: str, out: Path) -> No
             pages = page_texts(store, [tuple(p) for p in read], q.question, config.reading.chars_per_page)
             evidence = anchored_evidence(q.question, pages)  # what the validator's lexical support reads
             answered = not is_unanswerable(result.answer)
+            claim = stated_claim(q.question, result.answer)  # what the validator's lexical support checks
             row = {"qid": q.qid, "answer": q.answer, "pred": result.answer, "score": score(q, result.answer),
                    "answerable": q.answerable, "abstain_score": score(q, NOT_ANSWERABLE), "seconds": seconds,
                    "confidence": result.confidence if answered else None,
-                   "lexical": lexical_support(result.answer, evidence) if answered else None,
+                   "lexical": lexical_support(claim, evidence) if answered and claim is not None else None,
                    "answer_logprob": answer_logprob(lm, q.question, pages, result.answer) if answered else None}
             f.write(json.dumps(row) + "\n")
             f.flush()

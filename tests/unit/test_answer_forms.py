@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from docrefrag.agents.answer import PageText, cite, echoes, even_bullets, focused, ranked_items, table_view
+from docrefrag.agents.answer import (
+    PageText,
+    answered,
+    cite,
+    echoes,
+    even_bullets,
+    focused,
+    ranked_items,
+    table_view,
+)
 from docrefrag.agents.forms import (
     answer_form,
     asks_for_name,
@@ -54,6 +63,10 @@ def test_an_option_letter_is_checked_as_its_option_and_a_yes_by_the_judge():
                "(B). 75, 50, 40\nChoose the letter name in front of the right option from A, B.")
     assert stated_claim(options, "B") == "75, 50, 40" and stated_claim(options, "(A).") == "100, 50, 25"
     assert stated_claim("Is the fee $40, yes or no?", "Yes") is None and stated_claim("Who?", "A") == "A"
+    assert stated_claim(options.replace("(B). 75, 50, 40", "b) 75, 50, 40"), "b") == "75, 50, 40"
+    assert stated_claim("A. Smith wrote which report?", "A") == "A"  # one line like an option is no list of them
+    assert stated_claim("(A).\n(B). 75\n(C). 9", "A") == "A"  # an empty option does not borrow the next line
+    assert answered(options, "B") and answered(options, "(A)")  # a letter repeats the question, yet answers it
     pages = [PageText("d", 52, "Talent Show, Adult Amateurs: 1st $75, 2nd $50, 3rd $40.", [])]
     claims = [Claim(text="x", citations=[Citation(doc_id="d", page=52)])]
     assert validate(options, "B", claims, pages, None).supported
