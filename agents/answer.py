@@ -75,6 +75,32 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     return out
 
 
+_SECTION_Q = re.compile(r"\b(?:which|what)\s+(?:sections?|chapters?|headings?)\b|\bselect titles\b"
+                        r"|\bsection best matches\b", re.IGNORECASE)
+
+
+def asks_for_section(question: str) -> bool:
+    """Whether the question asks which section (chapter, heading, title) of the document holds something."""
+    return bool(_SECTION_Q.search(question))
+
+
+def outline_page(store: Store, doc_id: str) -> PageText | None:
+    """The document's outline as one text to read: its headings (those with words) in reading order, one a
+    line, each heading a citable chunk on its own page. None for a document without headings, or for a scan
+    (most pages read by OCR), whose layout makes headings of glossary entries and table labels: on LongDocURL's
+    scanned 10-Q its outline turned 0.72 of 4 section questions into 0 (docs/decisions/answers.md)."""
+    info = store.catalog.find(doc_id)
+    if info is None or 2 * info.ocr_pages > info.n_pages:
+        return None
+    graph = store.graphs.get(doc_id)
+    headings = [graph.nodes[node] for node in graph.headings()]
+    chunks = [ChunkRecord(doc_id, h.page, h.index, h.text, h.bbox) for h in headings
+              if len(re.findall(r"[^\W\d_]", h.text)) >= 3]  # words, not "2020" nor "01.16 03.16"
+    if not chunks:
+        return None
+    return PageText(doc_id, chunks[0].page, "\n".join(f"# {c.text}" for c in chunks), chunks)
+
+
 def focused(text: str, question: str, chars: int) -> str:
     """The passages of a page (sentences, table rows, headings) that share the most of the question's
     terms, each term weighted by how few passages of the page hold it, up to `chars` characters; kept in
@@ -322,10 +348,11 @@ def echoes(question: str, answer: str) -> bool:
     """Whether an answer only repeats the question's own words ("Norworth Group" for "Who is the chief data
     officer of Norworth Group?"): what a small model writes when the page does not hold the answer. A
     question that offers a choice ("A or B?", options to pick by letter) is answered with its own words, so it
-    has no echo."""
+    has no echo, nor does one that asks for a section, whose heading may repeat it ("RISKS" for "Which sections
+    discuss the risks ...?")."""
     words = set(tokenize(answer))
     return (bool(words) and words <= set(tokenize(question)) and not _CHOICE.search(question)
-            and stated_claim(question, answer) == answer)
+            and stated_claim(question, answer) == answer and not asks_for_section(question))
 
 
 def read_with_reader(question: str, pages: list[PageText], store: Store, reader) -> tuple[str, int, list[PageText]]:
@@ -382,7 +409,7 @@ def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
     (support, *_), page, chunk = best
     if support <= 0:  # no region states the answer (computed, or written differently): the page, no region
         page, chunk = pages[0], None
-    citation = Citation(doc_id=page.doc_id, page=page.page, bbox=chunk.bbox if chunk else None,
+    citation = Citation(doc_id=page.doc_id, page=chunk.page if chunk else page.page, bbox=chunk.bbox if chunk else None,
                         snippet=chunk.text[:300] if chunk else page.text[:300])
     return [Claim(text=answer, citations=[citation])]
 

@@ -32,7 +32,15 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from docrefrag.agents import prompts
-from docrefrag.agents.answer import PageText, answer_question, cite, page_texts, read_with_reader
+from docrefrag.agents.answer import (
+    PageText,
+    answer_question,
+    asks_for_section,
+    cite,
+    outline_page,
+    page_texts,
+    read_with_reader,
+)
 from docrefrag.agents.endpoint import invoke_llm
 from docrefrag.agents.evidence import Budgets, chat_chooser, evidence_pages, evidence_rows
 from docrefrag.agents.evidence import gather as gather_evidence
@@ -185,6 +193,9 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     else:
         pages = (evidence_pages(state["evidence"]) if graph
                  else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.reading.chars_per_page))
+        outline = (outline_page(ctx.store, state["hits"][0]["doc_id"])
+                   if asks_for_section(state["question"]) and not graph and cfg.reading.answerer == "chat" else None)
+        pages = [outline, *pages] if outline else pages  # a section question reads the outline first
         if cfg.reading.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
             text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
             claims, source = cite(text, pages if graph else expanded or pages, state["question"]), len(pages)

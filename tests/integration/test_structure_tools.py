@@ -15,13 +15,18 @@ from docrefrag.indexes.store import Store
 
 
 @pytest.fixture(scope="module")
-def tools(tmp_path_factory, ingest, embedder):
+def store(tmp_path_factory, ingest):
     folder = tmp_path_factory.mktemp("structure")
     store = Store(folder / "store", create=True)
     (result,) = ingest(store, make_two_sections(folder / "two.pdf"))
     assert result.status == "added"
-    yield ToolRegistry.from_config(store, HybridSearcher(store, embedder))
+    yield store
     store.close()
+
+
+@pytest.fixture(scope="module")
+def tools(store, embedder):
+    return ToolRegistry.from_config(store, HybridSearcher(store, embedder))
 
 
 def call(tools: ToolRegistry, name: str, **args):
@@ -83,3 +88,17 @@ def test_neighbours_of_a_chart_are_its_caption_by_three_edges(tools):
 def test_bad_ids_come_back_as_text(tools, name, args, words):
     reply = tools[name].invoke({"doc": "two.pdf", **args})
     assert isinstance(reply, str) and words in reply, reply
+
+
+def test_a_section_question_reads_the_outline_and_cites_the_heading_on_its_page(store):
+    """`ask` reads the outline first for a question after a section: its headings, each citable where it is."""
+    from docrefrag.agents.answer import answered, asks_for_section, cite, outline_page
+
+    outline = outline_page(store, store.catalog.resolve("two.pdf"))
+    assert outline.text == "# 1 Introduction\n# 2 Results\n# 2.1 Details"
+    assert [(c.page, c.text) for c in outline.chunks] == [(1, "1 Introduction"), (1, "2 Results"), (2, "2.1 Details")]
+    question = "Which section discusses the details of the results?"
+    assert asks_for_section(question) and answered(question, "Details")  # a heading may repeat the question
+    assert not asks_for_section("What were the results in 2021?")
+    (claim,) = cite("2.1 Details", [outline], question)
+    assert claim.citations[0].page == 2 and claim.citations[0].bbox == outline.chunks[2].bbox
