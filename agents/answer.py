@@ -62,6 +62,7 @@ class PageText:
     page: int
     text: str
     chunks: list[ChunkRecord]
+    outline: bool = False  # the document's headings (`outline_page`), not one page: its chunks lie on many
 
 
 def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, chars_per_page: int) -> list[PageText]:
@@ -75,7 +76,7 @@ def page_texts(store: Store, pages: Sequence[tuple[str, int]], question: str, ch
     return out
 
 
-_SECTION_Q = re.compile(r"\b(?:which|what)\s+(?:sections?|chapters?|headings?)\b|\bselect titles\b"
+_SECTION_Q = re.compile(r"\b(?:which|what)\s+(?:sections?|chapters?|headings?)\b(?!\s+\d)|\bselect titles\b"
                         r"|\bsection best matches\b", re.IGNORECASE)
 
 
@@ -84,21 +85,29 @@ def asks_for_section(question: str) -> bool:
     return bool(_SECTION_Q.search(question))
 
 
-def outline_page(store: Store, doc_id: str) -> PageText | None:
-    """The document's outline as one text to read: its headings (those with words) in reading order, one a
-    line, each heading a citable chunk on its own page. None for a document without headings, or for a scan
-    (most pages read by OCR), whose layout makes headings of glossary entries and table labels: on LongDocURL's
-    scanned 10-Q its outline turned 0.72 of 4 section questions into 0 (docs/decisions/answers.md)."""
+def outline_page(store: Store, doc_id: str, question: str, chars: int) -> PageText | None:
+    """The document's outline as one text to read: its headings (those with words, each text once: not a
+    running header on every page) in reading order, one a line, each a citable chunk on its own page; past
+    `chars`, the headings that share the most of the question's terms (`focused`). None for a document
+    without headings, or for a scan (most pages read by OCR), whose layout makes headings of glossary entries
+    and table labels: on LongDocURL's scanned 10-Q its outline turned 0.72 of 4 section questions into 0
+    (docs/decisions/answers.md)."""
     info = store.catalog.find(doc_id)
     if info is None or 2 * info.ocr_pages > info.n_pages:
         return None
     graph = store.graphs.get(doc_id)
-    headings = [graph.nodes[node] for node in graph.headings()]
-    chunks = [ChunkRecord(doc_id, h.page, h.index, h.text, h.bbox) for h in headings
-              if len(re.findall(r"[^\W\d_]", h.text)) >= 3]  # words, not "2020" nor "01.16 03.16"
-    if not chunks:
-        return None
-    return PageText(doc_id, chunks[0].page, "\n".join(f"# {c.text}" for c in chunks), chunks)
+    first = {}
+    for node in graph.headings():
+        h = graph.nodes[node]
+        if len(re.findall(r"[^\W\d_]", h.text)) >= 3:  # words, not "2020" nor "01.16 03.16"
+            first.setdefault(h.text, ChunkRecord(doc_id, h.page, h.index, h.text, h.bbox))
+    text = "\n".join(f"# {t}" for t in first)
+    if len(text) > chars:
+        kept = {line.removeprefix("... ") for line in focused(text, question, chars).splitlines()}
+        first = {t: c for t, c in first.items() if f"# {t}" in kept}
+        text = "\n".join(f"# {t}" for t in first)
+    chunks = list(first.values())
+    return PageText(doc_id, chunks[0].page, text, chunks, outline=True) if chunks else None
 
 
 def focused(text: str, question: str, chars: int) -> str:
@@ -276,7 +285,7 @@ def ranked_items(markdown: str, question: str) -> str:
 def answer_messages(question: str, pages: list[PageText], answer: str | None = None) -> list[BaseMessage]:
     """The answer agent's prompt over `pages`; with an `answer`, the validator's judge prompt, which
     repeats it word for word before asking whether the pages state that answer."""
-    context = "\n\n".join(f"[Page {p.page}]\n{p.text}" for p in pages)
+    context = "\n\n".join(f"[{'Outline' if p.outline else f'Page {p.page}'}]\n{p.text}" for p in pages)
     user = (prompts.ANSWER_USER.format(pages=context, question=question) if answer is None
             else prompts.VALIDATE.format(pages=context, question=question, answer=answer))
     return [SystemMessage(prompts.ANSWER_SYSTEM), HumanMessage(user)]
@@ -397,6 +406,8 @@ def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
     for rank, p in enumerate(pages):
         for i in range(len(p.chunks)):
             for run in (p.chunks[i:j] for j in range(i + 1, min(i + RUN, len(p.chunks)) + 1)):
+                if run[-1].page != run[0].page:  # an outline's headings: one box is on one page
+                    break
                 text = "\n".join(c.text for c in run)
                 x0, y0 = min(c.bbox[0] for c in run), min(c.bbox[1] for c in run)
                 x1, y1 = max(c.bbox[2] for c in run), max(c.bbox[3] for c in run)
@@ -408,7 +419,7 @@ def cite(answer: str, pages: list[PageText], question: str = "") -> list[Claim]:
                     break
     (support, *_), page, chunk = best
     if support <= 0:  # no region states the answer (computed, or written differently): the page, no region
-        page, chunk = pages[0], None
+        page, chunk = next((p for p in pages if not p.outline), pages[0]), None
     citation = Citation(doc_id=page.doc_id, page=chunk.page if chunk else page.page, bbox=chunk.bbox if chunk else None,
                         snippet=chunk.text[:300] if chunk else page.text[:300])
     return [Claim(text=answer, citations=[citation])]

@@ -193,9 +193,11 @@ def answer(state: AskState, runtime: Runtime[AskContext]) -> dict:
     else:
         pages = (evidence_pages(state["evidence"]) if graph
                  else page_texts(ctx.store, _top_pages(state, cfg), state["question"], cfg.reading.chars_per_page))
-        outline = (outline_page(ctx.store, state["hits"][0]["doc_id"])
-                   if asks_for_section(state["question"]) and not graph and cfg.reading.answerer == "chat" else None)
-        pages = [outline, *pages] if outline else pages  # a section question reads the outline first
+        docs = {p.doc_id for p in pages}  # a section question about one document reads its outline first
+        outline = (outline_page(ctx.store, next(iter(docs)), state["question"], cfg.reading.chars_per_page)
+                   if asks_for_section(state["question"]) and len(docs) == 1 and not graph
+                   and cfg.reading.answerer == "chat" else None)
+        pages = [outline, *pages] if outline else pages
         if cfg.reading.answerer == "reader":  # the reader reads the pages' tokens; the elements are the citations
             text, tokens, expanded = read_with_reader(state["question"], pages, ctx.store, ctx.reader)
             claims, source = cite(text, pages if graph else expanded or pages, state["question"]), len(pages)

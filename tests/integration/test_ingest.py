@@ -159,7 +159,7 @@ def test_folder_of_page_images_is_one_ocr_document(tmp_path, store, ingest, chec
         assert record.ocr and (record.width, record.height) == pytest.approx((300.0, 200.0))
     check_consistent(store)
     from docrefrag.agents.answer import outline_page
-    assert outline_page(store, doc.doc_id) is None  # a scan's headings are not trusted as its outline
+    assert outline_page(store, doc.doc_id, "Which section?", 4000) is None  # a scan's headings are no outline
 
 
 def test_folder_with_pdfs_and_a_subfolder_of_images_yields_both(tmp_path, store, ingest, light_pdf,

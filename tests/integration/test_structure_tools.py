@@ -92,13 +92,20 @@ def test_bad_ids_come_back_as_text(tools, name, args, words):
 
 def test_a_section_question_reads_the_outline_and_cites_the_heading_on_its_page(store):
     """`ask` reads the outline first for a question after a section: its headings, each citable where it is."""
-    from docrefrag.agents.answer import answered, asks_for_section, cite, outline_page
+    from docrefrag.agents.answer import answer_messages, answered, asks_for_section, cite, outline_page
 
-    outline = outline_page(store, store.catalog.resolve("two.pdf"))
-    assert outline.text == "# 1 Introduction\n# 2 Results\n# 2.1 Details"
-    assert [(c.page, c.text) for c in outline.chunks] == [(1, "1 Introduction"), (1, "2 Results"), (2, "2.1 Details")]
     question = "Which section discusses the details of the results?"
+    outline = outline_page(store, store.catalog.resolve("two.pdf"), question, 4000)
+    assert outline.outline and outline.text == "# 1 Introduction\n# 2 Results\n# 2.1 Details"
+    assert [(c.page, c.text) for c in outline.chunks] == [(1, "1 Introduction"), (1, "2 Results"), (2, "2.1 Details")]
+    assert "[Outline]" in answer_messages(question, [outline])[-1].content
     assert asks_for_section(question) and answered(question, "Details")  # a heading may repeat the question
-    assert not asks_for_section("What were the results in 2021?")
+    assert not asks_for_section("What were the results in 2021?") and not asks_for_section("What chapter 11 filings?")
     (claim,) = cite("2.1 Details", [outline], question)
     assert claim.citations[0].page == 2 and claim.citations[0].bbox == outline.chunks[2].bbox
+    (claim,) = cite("['2 Results', '2.1 Details']", [outline], question)  # a box never spans two pages
+    on_page = [c.bbox for c in outline.chunks if c.page == claim.citations[0].page]
+    x0, y0, x1, y1 = claim.citations[0].bbox  # the box lies within that page's headings, none from another page
+    assert min(b[1] for b in on_page) <= y0 and y1 <= max(b[3] for b in on_page)
+    cut = outline_page(store, store.catalog.resolve("two.pdf"), "Which section gives the details?", 25)
+    assert [c.text for c in cut.chunks] == ["2.1 Details"]  # past the budget: the headings nearest the question
