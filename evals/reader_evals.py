@@ -7,6 +7,7 @@
     python -m docrefrag.evals.reader_evals recall [--checkpoint DIR] [--limit N] [--stated DIR --store STORE]
     python -m docrefrag.evals.reader_evals compare [--stated DIR | --longdocurl DIR] [--store STORE] [--warmstart DIR]
     python -m docrefrag.evals.reader_evals full-text (--stated DIR | --longdocurl DIR) --store STORE [--pages 3]
+        [--stated-text]
 
 - reconstruction: held-out dense-text pages of 500-4,000 characters; the reader's reading of the page
   against the beginning of its text (ANLS, threshold 0.5, and normalised-Levenshtein similarity),
@@ -327,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="compare: the supervised-only selector from this warm-start checkpoint")
     parser.add_argument("--pages", type=int, default=3, help="full-text: the fused top pages read per question")
     parser.add_argument("--p", type=float, default=0.2, help="full-text: the reader's budget")
+    parser.add_argument("--stated-text", action="store_true",
+                        help="full-text: only the questions whose answer their one evidence page's text states (no "
+                             "chart or figure evidence: `grpo_questions.stated_text_questions`)")
     parser.add_argument("--markdown", type=Path, default=None, help="compare, full-text: the table also to this file")
     parser.add_argument("--noisy-pages", type=int, nargs=2, default=(3, 6))
     parser.add_argument("--work", type=Path, default=Path("runs/reader-evals"))
@@ -424,7 +428,12 @@ def full_text_command(args, reader) -> tuple[list[dict], str]:
     with Store(args.store) as store:
         doc_ids = {d.name: d.doc_id for d in store.catalog.documents() if d.status == "ready"}
         questions = [q for q in load_questions("mmlongbench" if args.stated else "longdocurl", data / "samples.json")
-                     if q.doc_name in doc_ids][:args.limit]
+                     if q.doc_name in doc_ids]
+        if args.stated_text:
+            from docrefrag.evals.grpo_questions import stated_text_questions
+
+            questions = [q for q, _ in stated_text_questions(store, questions)]
+        questions = questions[:args.limit]
         searcher = HybridSearcher(store, default_encoder().embedder)
         rows = full_text(reader, store, searcher, questions, doc_ids, score, args.pages, args.p)
     return rows, full_text_markdown(rows)
